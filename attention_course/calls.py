@@ -1,0 +1,114 @@
+"""Run a :class:`~attention_course.registry.Call` on an object and record the outcome
+as plain data.
+
+This module holds no reference solution and no check: it is all that an untrusted
+grading child needs to compute a student's outputs. An outcome is a dict made only
+of tensors, numbers, strings, lists and dicts, so a parent process can load it with
+``torch.load(..., weights_only=True)`` without unpickling any object of the
+student's.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+# A returned value of any other type is recorded as unsupported (by its type name):
+# the parent never sees, and so never trusts, a student's own objects.
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def to_plain(value: Any, depth: int = 0) -> Any:
+    """Turn a returned value into plain data (tensors, scalars, lists, dicts)."""
+    if depth > 6:
+        return {"__unsupported__": "structure nested too deeply"}
+    if isinstance(value, torch.Tensor):
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            return {"__unsupported__": f"tensor subclass {type(value).__name__}"}
+        return value.detach().clone().cpu()
+    if type(value) in _SCALARS:
+        return value
+    if type(value) in (list, tuple):
+        return {"__seq__": [to_plain(v, depth + 1) for v in value]}
+    if type(value) is dict and all(type(k) is str for k in value):
+        return {"__dict__": {k: to_plain(v, depth + 1) for k, v in value.items()}}
+    try:
+        import numpy as np
+        if type(value) is np.ndarray:
+            return {"__unsupported__": "numpy.ndarray (return a torch.Tensor)"}
+        if isinstance(value, np.generic):
+            return value.item() if type(value.item()) in _SCALARS else {
+                "__unsupported__": type(value).__name__}
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+    return {"__unsupported__": type(value).__name__}
+
+
+def _copy_arg(value: Any) -> Any:
+    # Students may modify their inputs in place; each call gets its own copy.
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    return copy.deepcopy(value)
+
+
+def run_call(obj: Any, call, kind: str = "function") -> dict:
+    """Execute ``call`` on ``obj`` and return its outcome as plain data."""
+    try:
+        args = [_copy_arg(a) for a in call.args]
+        kwargs = {k: _copy_arg(v) for k, v in call.kwargs.items()}
+        for i in call.grads_of:
+            args[i] = args[i].detach().clone().requires_grad_(True)
+        target = obj
+        instance = None
+        if call.init_args is not None:
+            if not isinstance(obj, type):
+                return _raised(TypeError(
+                    f"expected a class, got {type(obj).__name__}"), note="wrong kind")
+            if call.init_seed is not None:
+                torch.manual_seed(call.init_seed)
+            instance = obj(*[_copy_arg(a) for a in call.init_args],
+                           **{k: _copy_arg(v) for k, v in call.init_kwargs.items()})
+            if call.state_dict is not None:
+                instance.load_state_dict(
+                    {k: v.clone() for k, v in call.state_dict.items()})
+            if call.train is not None:
+                instance.train(call.train)
+            target = getattr(instance, call.method) if call.method else instance
+        elif not callable(obj):
+            return _raised(TypeError(
+                f"expected a function, got {type(obj).__name__}"), note="wrong kind")
+        if call.call_seed is not None:
+            torch.manual_seed(call.call_seed)
+        result = target(*args, **kwargs)
+        outcome = {"status": "ok", "value": to_plain(result)}
+        if call.grads_of:
+            out = result[0] if isinstance(result, (tuple, list)) else result
+            if not isinstance(out, torch.Tensor) or not out.requires_grad:
+                outcome["grads"] = {"__unsupported__": "output does not depend on the inputs"}
+            else:
+                grads = torch.autograd.grad(out.sum(), [args[i] for i in call.grads_of],
+                                            allow_unused=True)
+                outcome["grads"] = {"__seq__": [
+                    torch.zeros_like(args[i]) if g is None else g.detach().clone()
+                    for i, g in zip(call.grads_of, grads)]}
+        extras = {}
+        if "param_shapes" in call.report and instance is not None:
+            extras["param_shapes"] = {n: list(p.shape) for n, p in instance.named_parameters()}
+        if "buffer_names" in call.report and instance is not None:
+            extras["buffer_names"] = sorted(n for n, _ in instance.named_buffers())
+        if extras:
+            outcome["extras"] = extras
+        return outcome
+    except (Exception, SystemExit) as error:  # a student's bug must never stop the checks
+        return _raised(error)
+
+
+def _raised(error: BaseException, note: str = "") -> dict:
+    return {
+        "status": "raised",
+        "error_type": type(error).__name__,
+        "error_mro": [t.__name__ for t in type(error).__mro__],
+        "message": str(error)[:2000],
+        "note": note,
+    }

@@ -1,0 +1,87 @@
+"""Find the setup cell and each exercise's cells in a chapter notebook.
+
+A chapter notebook (solution or student edition) has one or more code cells tagged
+``setup`` (imports only), and, for each exercise, a markdown cell holding an
+``{exercise}`` directive with ``:label: chNN_exM``, then the exercise's code
+cell(s), then a check cell ``check("chNN_exM", name)``. The exercise's code is the
+code cells between its directive and its check cell. Because every exercise cell
+is self-contained (setup cell + package only), running the setup cell and one
+exercise's cells is enough to get the student's object, without running the
+chapter's worked examples.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Optional
+
+_EXERCISE_LABEL_RE = re.compile(r"^(?:```+|:::+)\{exercise\}.*?^\s*:label:\s*(\S+)", re.M | re.S)
+_CHECK_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
+
+
+class NotebookError(ValueError):
+    """A notebook that cannot be read or lacks what the course expects."""
+
+
+def _src(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def load_cells(path: Path) -> list:
+    """Read a notebook's cells as plain dicts, with a clear error when malformed."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise NotebookError(f"{path.name}: not a readable notebook ({type(error).__name__}: {error})") from error
+    if not isinstance(data, dict) or data.get("nbformat") != 4 or not isinstance(data.get("cells"), list):
+        raise NotebookError(f"{path.name}: not an nbformat-4 notebook (found nbformat={data.get('nbformat') if isinstance(data, dict) else None!r})")
+    cells = [c for c in data["cells"] if isinstance(c, dict)]
+    return cells
+
+
+def setup_code(cells: list) -> str:
+    parts = [_src(c) for c in cells
+             if c.get("cell_type") == "code" and "setup" in c.get("metadata", {}).get("tags", [])]
+    return "\n\n".join(parts)
+
+
+def exercise_code(cells: list) -> dict:
+    """Map each exercise label to the source of its code cells (before its check cell)."""
+    blocks: dict = {}
+    current: Optional[str] = None
+    for cell in cells:
+        source = _src(cell)
+        if cell.get("cell_type") == "markdown":
+            labels = _EXERCISE_LABEL_RE.findall(source)
+            if labels:
+                current = labels[-1]
+                blocks.setdefault(current, [])
+            continue
+        if cell.get("cell_type") != "code" or current is None:
+            continue
+        if _CHECK_RE.search(source):
+            current = None  # the block ends at its check cell
+            continue
+        blocks[current].append(source)
+    return {label: "\n\n".join(parts) for label, parts in blocks.items()}
+
+
+def load_objects(path: Path, label: str, name: str) -> object:
+    """Run the setup cell and exercise ``label``'s cells in-process; return ``name``.
+
+    Trusted notebooks only (the course's own): the grader never calls this on a
+    student's notebook, it runs student code in a child process.
+    """
+    cells = load_cells(path)
+    blocks = exercise_code(cells)
+    if label not in blocks:
+        raise NotebookError(f"{Path(path).name}: no exercise {label} (found {', '.join(sorted(blocks)) or 'none'})")
+    namespace: dict = {"__name__": "__exercise__"}
+    exec(compile(setup_code(cells), f"{Path(path).name}:setup", "exec"), namespace)
+    exec(compile(blocks[label], f"{Path(path).name}:{label}", "exec"), namespace)
+    if name not in namespace:
+        raise NotebookError(f"{Path(path).name}: exercise {label} does not define {name!r}")
+    return namespace[name]

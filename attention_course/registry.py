@@ -1,0 +1,150 @@
+"""The exercise registry: what every exercise of the course declares.
+
+An exercise (label ``chNN_exM``) registers
+
+* the **name** a student's notebook must define (a function or a class),
+* its **reference** implementation (trusted code, never shipped to a grading child),
+* its **checks**: each check builds one or more :class:`Call` objects from a seed.
+  Public checks use the check's fixed seed; hidden checks use a seed chosen at
+  grading time, so the expected values are only known once the grader runs the
+  reference on freshly drawn inputs,
+* its **mistakes**: plausible wrong implementations kept as test fixtures. When a
+  student's output matches a mistake's output, the hint of that mistake is shown.
+
+A :class:`Call` is plain data (tensors, numbers, strings), so the same check can run
+in the notebook (in-process) or be handed to an untrusted child process by the
+grader, which only needs :func:`attention_course.calls.run_call` to execute it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+LABEL_RE = re.compile(r"^ch(\d\d)_ex(\d+)$")
+
+
+@dataclass
+class Call:
+    """One invocation of a student's object, described as plain data.
+
+    For a function: ``obj(*args, **kwargs)``.
+    For a class (``init_args`` is not None): ``torch.manual_seed(init_seed)``, then
+    ``instance = obj(*init_args, **init_kwargs)``, optionally
+    ``instance.load_state_dict(state_dict)`` and ``instance.train(train)``, then
+    ``getattr(instance, method or "__call__")(*args, **kwargs)``.
+    ``call_seed`` seeds torch's global generator right before the call (dropout).
+    ``grads_of`` lists positional args whose gradient of ``output.sum()`` is
+    returned too (the args are made leaf tensors that require grad).
+    ``report`` asks for extra facts about a module instance: ``"param_shapes"``
+    (name -> shape of every parameter) and ``"buffer_names"``.
+    """
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    init_args: Optional[tuple] = None
+    init_kwargs: dict = field(default_factory=dict)
+    init_seed: Optional[int] = None
+    state_dict: Optional[dict] = None
+    train: Optional[bool] = None
+    call_seed: Optional[int] = None
+    method: Optional[str] = None
+    grads_of: tuple = ()
+    report: tuple = ()
+
+
+@dataclass
+class Check:
+    """One named check of an exercise.
+
+    ``make_calls(seed)`` returns the calls to run. ``compare`` decides, from the
+    student's and the reference's outcomes, whether the check passes; the default
+    compares every returned value (type, dtype, shape, then values within
+    ``rtol``/``atol``). ``hint`` is shown when the check fails and no kept mistake
+    explains the failure. ``must_mention`` lists words that an error message
+    must contain when the reference raises (e.g. the argument's name), or is a
+    function of the calls returning that list.
+    """
+
+    name: str
+    make_calls: Callable[[int], list]
+    hint: str
+    seed: int = 0
+    compare: Optional[Callable] = None
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    must_mention: Any = ()
+    public: bool = True
+
+
+@dataclass
+class Mistake:
+    """A plausible wrong implementation and the hint that names the mistake."""
+
+    name: str
+    hint: str
+    impl: Any
+
+
+@dataclass
+class Exercise:
+    label: str
+    title: str
+    name: str
+    reference: Any
+    checks: list
+    mistakes: list = field(default_factory=list)
+    points: float = 1.0
+    kind: str = "function"  # or "class"
+
+    @property
+    def chapter(self) -> int:
+        return int(LABEL_RE.match(self.label).group(1))
+
+    @property
+    def public_checks(self) -> list:
+        return [c for c in self.checks if c.public]
+
+
+REGISTRY: dict[str, Exercise] = {}
+
+
+class UnknownExerciseError(LookupError):
+    """Raised for a label that no exercise registered."""
+
+
+def register(exercise: Exercise) -> Exercise:
+    if not LABEL_RE.match(exercise.label):
+        raise ValueError(
+            f"exercise label {exercise.label!r} does not look like chNN_exM (e.g. ch03_ex2)")
+    if exercise.label in REGISTRY:
+        raise ValueError(f"exercise label {exercise.label!r} is registered twice")
+    if not exercise.checks:
+        raise ValueError(f"exercise {exercise.label} registers no check")
+    names = [c.name for c in exercise.checks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"exercise {exercise.label} has two checks with the same name")
+    REGISTRY[exercise.label] = exercise
+    return exercise
+
+
+def _load_all() -> None:
+    # Importing the exercise modules fills the registry.
+    from . import exercises  # noqa: F401
+
+
+def get_exercise(label: str) -> Exercise:
+    _load_all()
+    if not isinstance(label, str) or label not in REGISTRY:
+        known = ", ".join(sorted(REGISTRY)) or "(none)"
+        raise UnknownExerciseError(
+            f"unknown exercise label {label!r}; known labels: {known}")
+    return REGISTRY[label]
+
+
+def all_exercises(chapter: Optional[int] = None) -> list:
+    _load_all()
+    out = [ex for _, ex in sorted(REGISTRY.items())]
+    if chapter is not None:
+        out = [ex for ex in out if ex.chapter == chapter]
+    return out

@@ -1,0 +1,86 @@
+"""Check strength, for every registered exercise:
+
+* the reference passes every public check and every hidden check (several seeds),
+* the solution notebook's own exercise cell passes too (notebook and package agree),
+* the untouched stub of the student notebook fails every check, with the stub hint,
+* every kept wrong implementation fails at least one public check and one hidden
+  check, and each public failure prints the hint meant for that mistake.
+"""
+from pathlib import Path
+
+import pytest
+
+from attention_course.checking import STUB_HINT, run_checks
+from attention_course.notebook import load_objects
+from attention_course.registry import all_exercises
+
+ROOT = Path(__file__).resolve().parents[1]
+EXERCISES = all_exercises()
+HIDDEN_SEEDS = [11, 2026]
+
+
+def _notebook(folder: str, exercise) -> Path:
+    matches = sorted((ROOT / folder).glob(f"{exercise.chapter:02d}_*.ipynb"))
+    assert matches, f"no {folder} notebook for chapter {exercise.chapter}"
+    return matches[0]
+
+
+def _failures(results):
+    return [r for r in results if not r.passed]
+
+
+def test_every_chapter_has_at_least_four_exercises():
+    chapters = {}
+    for ex in EXERCISES:
+        chapters.setdefault(ex.chapter, []).append(ex.label)
+    assert chapters, "no exercise registered"
+    for chapter, labels in chapters.items():
+        assert len(labels) >= 4, f"chapter {chapter} has only {labels}"
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.label)
+def test_reference_passes_public_and_hidden_checks(exercise):
+    results = run_checks(exercise.label, exercise.reference)
+    assert results and not _failures(results), [r.line() for r in _failures(results)]
+    for seed in HIDDEN_SEEDS:
+        results = run_checks(exercise.label, exercise.reference, hidden=True, seed=seed)
+        assert not _failures(results), (seed, [r.line() for r in _failures(results)])
+        assert sum(r.points for r in results) == pytest.approx(exercise.points)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.label)
+def test_solution_notebook_cell_passes(exercise):
+    obj = load_objects(_notebook("solutions", exercise), exercise.label, exercise.name)
+    results = run_checks(exercise.label, obj) + run_checks(exercise.label, obj, hidden=True, seed=5)
+    assert not _failures(results), [r.line() for r in _failures(results)]
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.label)
+def test_untouched_stub_fails_every_check(exercise):
+    stub = load_objects(_notebook("chapters", exercise), exercise.label, exercise.name)
+    for results in (run_checks(exercise.label, stub),
+                    run_checks(exercise.label, stub, hidden=True, seed=3)):
+        assert all(not r.passed for r in results), [r.line() for r in results]
+        assert all(r.hint == STUB_HINT for r in results)
+        assert all(exercise.label in r.reason for r in results), [r.reason for r in results]
+        assert sum(r.points for r in results) == 0
+
+
+MISTAKES = [(ex, m) for ex in EXERCISES for m in ex.mistakes]
+
+
+def test_every_exercise_keeps_at_least_two_mistakes():
+    for ex in EXERCISES:
+        assert len(ex.mistakes) >= 2, f"{ex.label} keeps {len(ex.mistakes)} wrong implementation(s)"
+
+
+@pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=[f"{e.label}-{m.name}" for e, m in MISTAKES])
+def test_kept_mistake_is_caught_with_its_hint(exercise, mistake):
+    public = _failures(run_checks(exercise.label, mistake.impl))
+    assert public, f"{mistake.name!r} passes every public check of {exercise.label}"
+    for r in public:
+        assert r.mistake == mistake.name and r.hint == mistake.hint, \
+            f"{exercise.label} check {r.check!r} prints {r.hint!r} for mistake {mistake.name!r}"
+    for seed in HIDDEN_SEEDS:
+        hidden = _failures(run_checks(exercise.label, mistake.impl, hidden=True, seed=seed))
+        assert hidden, f"{mistake.name!r} passes every hidden check of {exercise.label} (seed {seed})"
