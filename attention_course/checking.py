@@ -121,6 +121,8 @@ def compare_outcome(got: dict, want: dict, check: Check, call=None, require_mess
         if got["status"] != "raised":
             return f"should raise {want['error_type']} for this input, but returned normally"
         if want["error_type"] not in got.get("error_mro", []):
+            if got["error_type"] == "NotImplementedError":
+                return f"not implemented yet (NotImplementedError: {got['message']})"
             return f"raised {got['error_type']}, expected {want['error_type']}"
         if require_message:
             words = check.must_mention(call) if callable(check.must_mention) else check.must_mention

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Set up and run the course's main jobs with nothing but Python 3.11.
+
+    python3 tasks.py book     build the course site  -> _build/html/index.html
+    python3 tasks.py test     run the whole test suite
+    python3 tasks.py setup    only create/update the virtual environment (.venv)
+
+Each job first makes sure `.venv` exists and holds exactly what requirements.txt
+and pyproject.toml ask for (re-installing only when one of them changed).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+STAMP = VENV / ".installed-requirements"
+
+
+def _run(cmd: list, **kwargs) -> int:
+    print("+ " + " ".join(str(c) for c in cmd), flush=True)
+    return subprocess.call([str(c) for c in cmd], cwd=ROOT, **kwargs)
+
+
+def setup() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit(f"tasks.py: Python 3.11 or newer is needed, this is {sys.version.split()[0]}")
+    wanted = hashlib.sha256(
+        (ROOT / "requirements.txt").read_bytes() + (ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text().strip() == wanted and (BIN / "python").exists():
+        return
+    if not (BIN / "python").exists():
+        print(f"creating the virtual environment {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    status = _run([BIN / "python", "-m", "pip", "install", "--quiet", "-r", ROOT / "requirements.txt"])
+    if status != 0:
+        sys.exit(f"tasks.py: installing requirements.txt failed (exit {status})")
+    STAMP.write_text(wanted + "\n")
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("MPLBACKEND", "Agg")
+    return env
+
+
+def book(extra: list) -> int:
+    setup()
+    status = _run([BIN / "jupyter-book", "build", ROOT, "-W", "-n", "--keep-going", *extra], env=_env())
+    if status == 0:
+        print(f"\nThe course site is built: open {ROOT / '_build' / 'html' / 'index.html'}")
+    return status
+
+
+def test(extra: list) -> int:
+    setup()
+    status = _run([BIN / "python", "-m", "pytest", *extra], env=_env())
+    if status == 5:
+        print("tasks.py: pytest collected no tests (exit 5): the suite proves nothing", file=sys.stderr)
+    return status
+
+
+def main(argv: list) -> int:
+    jobs = {"book": book, "test": test, "setup": lambda extra: (setup(), 0)[1]}
+    if not argv or argv[0] not in jobs:
+        print(__doc__)
+        return 2
+    return jobs[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

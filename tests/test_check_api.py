@@ -1,0 +1,130 @@
+"""`check(label, obj)`: one line per check, ✓/✗ with a hint, never raises for the
+object under test; unknown labels are a clear error listing the known ones."""
+import os
+import sys
+
+import pytest
+import torch
+
+from attention_course import check
+from attention_course.checking import STUB_HINT, run_checks
+from attention_course.registry import REGISTRY, Call, Check, Exercise, Mistake, UnknownExerciseError, register
+
+
+def _pool(weights, values):
+    if weights.shape[-1] != values.shape[-2]:
+        raise ValueError(f"weights {tuple(weights.shape)} and values {tuple(values.shape)} disagree")
+    return weights @ values
+
+
+def _calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.softmax(torch.randn(3, 5, generator=g), dim=-1)
+    return [Call(args=(weights, torch.randn(5, 2, generator=g)))]
+
+
+def _bad(seed):
+    return [Call(args=(torch.ones(2, 3), torch.ones(4, 2)))]
+
+
+MEAN_HINT = "you averaged the values and ignored the weights."
+
+
+@pytest.fixture()
+def demo():
+    ex = register(Exercise(
+        "ch99_ex1", "demo", "pool", _pool,
+        checks=[Check("pools 5 values", _calls, hint="weighted sum of rows", seed=4),
+                Check("mismatch raises", _bad, hint="validate shapes", must_mention=["weights", "values"]),
+                Check("hidden only", _calls, hint="hidden", public=False)],
+        mistakes=[Mistake("mean", MEAN_HINT, lambda w, v: _pool(torch.full_like(w, 1 / w.shape[-1]), v))]))
+    yield ex
+    del REGISTRY["ch99_ex1"]
+
+
+def test_reference_prints_one_tick_per_public_check(demo, capsys):
+    assert check("ch99_ex1", _pool) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "ch99_ex1 \u00b7 pool: 2/2 public checks passed"
+    assert lines[1:] == ["  \u2713 pools 5 values", "  \u2713 mismatch raises"]
+
+
+def test_kept_mistake_gets_its_hint(demo, capsys):
+    check("ch99_ex1", lambda w, v: _pool(torch.full_like(w, 1 / w.shape[-1]), v))
+    out = capsys.readouterr().out
+    assert "\u2717 pools 5 values: the result has the right shape but wrong values" in out
+    assert "Hint: " + MEAN_HINT in out
+
+
+@pytest.mark.parametrize("obj,reason", [
+    (None, "expected a function, got NoneType"),
+    (42, "expected a function, got int"),
+    (lambda w, v: sys.exit(3), "raised SystemExit: 3"),
+    (lambda w, v: 1 / 0, "raised ZeroDivisionError"),
+    (lambda w, v: (w @ v).double(), "dtype torch.float64, expected torch.float32"),
+    (lambda w, v: (w @ v).T, "shape (2, 3), expected (3, 2)"),
+    (lambda w, v: (w @ v).numpy(), "numpy.ndarray (return a torch.Tensor)"),
+    (lambda w, v: [1.0], "expected a torch.Tensor"),
+])
+def test_never_raises_for_a_broken_object(demo, capsys, obj, reason):
+    check("ch99_ex1", obj)
+    out = capsys.readouterr().out
+    assert "0/2 public checks passed" in out
+    assert reason in out
+
+
+def test_error_message_must_name_the_arguments(demo):
+    def vague(weights, values):
+        if weights.shape[-1] != values.shape[-2]:
+            raise ValueError("bad shapes")
+        return weights @ values
+    results = run_checks("ch99_ex1", vague)
+    assert [r.passed for r in results] == [True, False]
+    assert "message should mention 'weights', 'values'" in results[1].reason
+
+
+def test_stub_gets_the_stub_hint(demo):
+    def stub(weights, values):
+        raise NotImplementedError("ch99_ex1: implement pool")
+    results = run_checks("ch99_ex1", stub)
+    assert all(not r.passed and r.hint == STUB_HINT and "ch99_ex1: implement pool" in r.reason for r in results)
+
+
+def test_inputs_are_copied_so_in_place_edits_do_not_leak(demo):
+    def in_place(weights, values):
+        out = weights @ values
+        weights.zero_()
+        values.zero_()
+        return out
+    assert run_checks("ch99_ex1", in_place)[0].passed
+
+
+def test_hidden_checks_use_the_grading_seed_and_give_partial_credit(demo):
+    calls_a = _calls(0)
+    from attention_course.checking import hidden_seed
+    assert hidden_seed(1, 0) != hidden_seed(2, 0) != hidden_seed(1, 1)
+    # A cheat that memorised the public inputs' answer fails the hidden checks.
+    public_inputs = _calls(4)[0].args
+    memorised = _pool(*public_inputs)
+    cheat = lambda w, v: memorised if torch.equal(w, public_inputs[0]) else (_ for _ in ()).throw(ValueError("weights values"))
+    assert all(r.passed for r in run_checks("ch99_ex1", cheat)[:1])
+    hidden = run_checks("ch99_ex1", cheat, hidden=True, seed=123)
+    assert [r.passed for r in hidden] == [False, True, False]
+    assert sum(r.points for r in hidden) == pytest.approx(1 / 3)
+    assert calls_a[0].args[0].shape == (3, 5)
+
+
+def test_unknown_label_is_a_clear_error_listing_known_labels(demo):
+    with pytest.raises(UnknownExerciseError) as info:
+        check("ch99_ex7", _pool)
+    assert "unknown exercise label 'ch99_ex7'" in str(info.value)
+    assert "ch99_ex1" in str(info.value)
+
+
+def test_register_rejects_bad_labels_and_duplicates(demo):
+    with pytest.raises(ValueError, match="does not look like chNN_exM"):
+        register(Exercise("chapter1", "x", "f", _pool, checks=[Check("c", _calls, hint="h")]))
+    with pytest.raises(ValueError, match="registered twice"):
+        register(Exercise("ch99_ex1", "x", "f", _pool, checks=[Check("c", _calls, hint="h")]))
+    with pytest.raises(ValueError, match="registers no check"):
+        register(Exercise("ch99_ex2", "x", "f", _pool, checks=[]))
