@@ -27,6 +27,11 @@ def show_heatmaps(matrices, xlabel: str = "Keys", ylabel: str = "Queries",
         raise ValueError(
             f"show_heatmaps: matrices must have 2, 3 or 4 dimensions, got shape {tuple(matrices.shape)}")
     num_rows, num_cols = matrices.shape[:2]
+    # One colour scale for every panel: the single colour bar must be true for all of them.
+    if vmax is None:
+        vmax = float(matrices.max())
+    if vmin is None:
+        vmin = float(matrices.min())
     fig, axes = plt.subplots(num_rows, num_cols, squeeze=False, sharex=True, sharey=True,
                              figsize=(figsize[0] * num_cols, figsize[1] * num_rows))
     image = None

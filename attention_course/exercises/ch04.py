@@ -1,0 +1,588 @@
+"""Chapter 4 -- Self-attention, step by step.
+
+Exercises
+---------
+* ``ch04_ex1`` ``context_vector(inputs, query_index)``: one context vector of simple
+  (unprojected, unscaled) self-attention, written with loops.
+* ``ch04_ex2`` ``simple_self_attention(inputs)``: the same for all queries at once,
+  in matrix form, for 2-D or batched 3-D inputs; returns ``(weights, contexts)``.
+* ``ch04_ex3`` ``SelfAttention(d_in, d_out, qkv_bias=False)``: scaled dot-product
+  self-attention with ``nn.Linear`` projections ``W_query``, ``W_key``, ``W_value``.
+* ``ch04_ex4`` ``attend_permuted(inputs, perm, W_query, W_key, W_value)``: attention
+  on permuted tokens, and its output put back into the original token order.
+* ``ch04_ex5`` ``sinusoidal_encoding(num_positions, d_model)``: the sinusoidal
+  positional encoding of Vaswani et al. (2017), interleaved sin/cos columns, float32.
+
+Decisions (documented in the notebook's contracts as well):
+
+* ``query_index`` must satisfy ``0 <= query_index < num_tokens``; negative indices
+  are refused with a ``ValueError`` naming ``query_index``.
+* ``sinusoidal_encoding`` requires ``num_positions >= 1`` and an even ``d_model >= 2``
+  (sines and cosines come in pairs); otherwise ``ValueError`` naming the argument.
+* Every check that expects an error starts with one valid call, so an untouched stub
+  fails it with the ``NotImplementedError`` reason (which names the label).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..registry import Call, Check, Exercise, Mistake, register
+
+# The chapter's running example: six tokens with hand-chosen 3-d embeddings
+# (the same numbers as in the notebook).
+TOKENS = ["owls", "hunt", "mice", "on", "quiet", "nights"]
+INPUTS = torch.tensor([
+    [0.9, 0.2, 0.4],   # owls
+    [0.3, 0.9, 0.2],   # hunt
+    [0.8, 0.3, 0.1],   # mice
+    [0.1, 0.2, 0.3],   # on
+    [0.2, 0.4, 0.7],   # quiet
+    [0.4, 0.1, 0.9],   # nights
+])
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ======================================================================= ch04_ex1
+
+def context_vector(inputs, query_index):
+    """Context vector of token ``query_index`` in simple self-attention, shape (d_in,)."""
+    num_tokens = inputs.shape[0]
+    if not 0 <= query_index < num_tokens:
+        raise ValueError(f"query_index must satisfy 0 <= query_index < num_tokens = {num_tokens} "
+                         f"(inputs has shape {tuple(inputs.shape)}), got {query_index}")
+    scores = inputs @ inputs[query_index]
+    weights = torch.softmax(scores, dim=0)
+    return weights @ inputs
+
+
+def _cv_check_index(inputs, query_index):
+    num_tokens = inputs.shape[0]
+    if not 0 <= query_index < num_tokens:
+        raise ValueError(f"query_index {query_index} out of range for {num_tokens} tokens")
+
+
+def _cv_sum_normalised(inputs, query_index):
+    _cv_check_index(inputs, query_index)
+    scores = inputs @ inputs[query_index]
+    return (scores / scores.sum()) @ inputs
+
+
+def _cv_scaled(inputs, query_index):
+    _cv_check_index(inputs, query_index)
+    scores = inputs @ inputs[query_index] / math.sqrt(inputs.shape[1])
+    return torch.softmax(scores, dim=0) @ inputs
+
+
+def _cv_no_range_check(inputs, query_index):
+    scores = inputs @ inputs[query_index]
+    return torch.softmax(scores, dim=0) @ inputs
+
+
+def _cv_sentence_calls(seed):
+    return [Call(args=(INPUTS.clone(), i)) for i in range(len(TOKENS))]
+
+
+def _cv_random_calls(seed):
+    g = _gen(seed)
+    x32 = torch.randn(7, 5, generator=g)
+    x64 = torch.randn(4, 3, generator=g, dtype=torch.float64)
+    q = int(torch.randint(0, 7, (1,), generator=g))
+    return [Call(args=(x32, q)), Call(args=(x64, 3))]
+
+
+def _cv_bad_calls(seed):
+    return [Call(args=(INPUTS.clone(), 0)),          # a valid call first
+            Call(args=(INPUTS.clone(), 6)),
+            Call(args=(INPUTS.clone(), -1)),
+            Call(args=(INPUTS.clone(), 100))]
+
+
+def _cv_big_calls(seed):
+    g = _gen(seed)
+    x = torch.randn(12, 8, generator=g)
+    return [Call(args=(x, i)) for i in (0, 5, 11)]
+
+
+register(Exercise(
+    label="ch04_ex1", title="One context vector, with loops",
+    name="context_vector", reference=context_vector, points=2,
+    checks=[
+        Check("the chapter's sentence, every token as the query", _cv_sentence_calls, seed=0,
+              hint="score = dot product of the query with each token, weights = softmax of the scores, "
+                   "context = weighted sum of the token embeddings."),
+        Check("7 random tokens of width 5 (float32) and 4 of width 3 (float64)", _cv_random_calls, seed=1,
+              hint="the result has shape (d_in,) and the dtype of inputs; start your sum from zeros of that dtype."),
+        Check("query_index out of range (6, -1, 100) raises ValueError naming query_index",
+              _cv_bad_calls, seed=0, must_mention=["query_index"],
+              hint="check 0 <= query_index < num_tokens before computing anything, and name query_index "
+                   "in the message."),
+        Check("12 random tokens of width 8 (hidden)", _cv_big_calls, seed=2, public=False,
+              hint="score = dot product, weights = softmax over all tokens, context = weighted sum."),
+    ],
+    mistakes=[
+        Mistake("sum-normalised scores",
+                "you divided the scores by their sum; attention weights come from the softmax "
+                "(exponentiate, then normalise).", _cv_sum_normalised),
+        Mistake("scaled by sqrt(d_in)",
+                "you divided the scores by sqrt(d_in); this first, simple form of self-attention uses "
+                "the raw dot products (the scaling comes with the trainable projections).", _cv_scaled),
+        Mistake("no range check",
+                "Python indexing accepts negative or too-large positions differently; test "
+                "0 <= query_index < num_tokens yourself and raise ValueError naming query_index.",
+                _cv_no_range_check),
+    ],
+))
+
+
+# ======================================================================= ch04_ex2
+
+def simple_self_attention(inputs):
+    """Return ``(weights, contexts)`` of unscaled self-attention over the last two axes."""
+    if inputs.dim() < 2:
+        raise ValueError(f"inputs must have shape (num_tokens, d_in) or (batch, num_tokens, d_in), "
+                         f"got shape {tuple(inputs.shape)}")
+    scores = inputs @ inputs.transpose(-2, -1)
+    weights = torch.softmax(scores, dim=-1)
+    return weights, weights @ inputs
+
+
+def _sa_check(inputs):
+    if inputs.dim() < 2:
+        raise ValueError(f"inputs has shape {tuple(inputs.shape)}")
+
+
+def _ssa_query_axis(inputs):
+    _sa_check(inputs)
+    weights = torch.softmax(inputs @ inputs.transpose(-2, -1), dim=-2)
+    return weights, weights @ inputs
+
+
+def _ssa_scaled(inputs):
+    _sa_check(inputs)
+    scores = inputs @ inputs.transpose(-2, -1) / math.sqrt(inputs.shape[-1])
+    weights = torch.softmax(scores, dim=-1)
+    return weights, weights @ inputs
+
+
+def _ssa_first_axes(inputs):
+    _sa_check(inputs)
+    weights = torch.softmax(inputs @ inputs.transpose(0, 1), dim=-1)
+    return weights, weights @ inputs
+
+
+def _ssa_sentence_calls(seed):
+    return [Call(args=(INPUTS.clone(),))]
+
+
+def _ssa_batch_calls(seed):
+    g = _gen(seed)
+    return [Call(args=(torch.randn(2, 5, 4, generator=g),))]
+
+
+def _ssa_bad_calls(seed):
+    return [Call(args=(INPUTS.clone(),)), Call(args=(torch.tensor([0.5, 1.0, 2.0]),))]
+
+
+def _ssa_big_calls(seed):
+    g = _gen(seed)
+    return [Call(args=(torch.randn(3, 9, 6, generator=g, dtype=torch.float64),)),
+            Call(args=(torch.randn(7, 3, generator=g),))]
+
+
+register(Exercise(
+    label="ch04_ex2", title="All queries at once",
+    name="simple_self_attention", reference=simple_self_attention, points=2,
+    checks=[
+        Check("the chapter's sentence (6 tokens of width 3)", _ssa_sentence_calls, seed=0,
+              hint="return a tuple (weights, contexts): weights (num_tokens, num_tokens) with rows summing "
+                   "to 1, contexts = weights times inputs."),
+        Check("a batch of 2 sequences of 5 tokens of width 4", _ssa_batch_calls, seed=0,
+              hint="with a batch axis in front, every matrix product and the softmax must act on the last "
+                   "two axes only."),
+        Check("1-D inputs raise ValueError naming inputs", _ssa_bad_calls, seed=0, must_mention=["inputs"],
+              hint="check inputs.dim() first and name inputs (and its shape) in the message."),
+        Check("a float64 batch of 3 x 9 tokens of width 6, and 7 tokens of width 3 (hidden)",
+              _ssa_big_calls, seed=3, public=False,
+              hint="keep the dtype of inputs and act on the last two axes only."),
+    ],
+    mistakes=[
+        Mistake("softmax over the queries axis",
+                "your weights are normalised over the wrong axis: each row (one query) must sum to 1 "
+                "over the keys, i.e. the softmax runs along the last axis.", _ssa_query_axis),
+        Mistake("scaled by sqrt(d_in)",
+                "you divided the scores by sqrt(d_in); the simple self-attention of this section uses the "
+                "raw dot products.", _ssa_scaled),
+        Mistake("transposed the first two axes",
+                "for a batch, swap only the last two axes (tokens and features) of the keys; the batch "
+                "axis must stay in front.", _ssa_first_axes),
+    ],
+))
+
+
+# ======================================================================= ch04_ex3
+
+class SelfAttention(nn.Module):
+    """Scaled dot-product self-attention with trainable query, key and value projections."""
+
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(-2, -1)
+        weights = torch.softmax(scores / math.sqrt(keys.shape[-1]), dim=-1)
+        return weights @ values
+
+
+class _SAUnscaled(SelfAttention):
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        return torch.softmax(queries @ keys.transpose(-2, -1), dim=-1) @ values
+
+
+class _SAScaledByDk(SelfAttention):
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(-2, -1) / keys.shape[-1]
+        return torch.softmax(scores, dim=-1) @ values
+
+
+class _SAInputsAsValues(SelfAttention):
+    def forward(self, x):
+        queries, keys = self.W_query(x), self.W_key(x)
+        scores = queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1])
+        return torch.softmax(scores, dim=-1) @ x
+
+
+class _SAQueryAxis(SelfAttention):
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1])
+        return torch.softmax(scores, dim=-2) @ values
+
+
+class _SAIgnoresBias(SelfAttention):
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        super().__init__(d_in, d_out, qkv_bias=False)
+
+
+def _sa_state(g, d_in, d_out, bias):
+    state = {}
+    for name in ("W_query", "W_key", "W_value"):
+        state[f"{name}.weight"] = torch.randn(d_out, d_in, generator=g) / math.sqrt(d_in)
+        if bias:
+            state[f"{name}.bias"] = 0.3 * torch.randn(d_out, generator=g)
+    return state
+
+
+def _sa_call(g, d_in, d_out, bias, x):
+    return Call(init_args=(d_in, d_out), init_kwargs={"qkv_bias": bias}, init_seed=0,
+                state_dict=_sa_state(g, d_in, d_out, bias), args=(x,), report=("param_shapes",))
+
+
+def _sa_sentence_calls(seed):
+    return [_sa_call(_gen(seed), 3, 2, False, INPUTS.clone())]
+
+
+def _sa_batch_calls(seed):
+    g = _gen(seed)
+    return [_sa_call(g, 5, 3, False, torch.randn(2, 4, 5, generator=g))]
+
+
+def _sa_bias_calls(seed):
+    g = _gen(seed)
+    return [_sa_call(g, 3, 4, True, torch.randn(6, 3, generator=g))]
+
+
+def _sa_big_calls(seed):
+    g = _gen(seed)
+    return [_sa_call(g, 6, 4, True, torch.randn(3, 7, 6, generator=g)),
+            _sa_call(g, 4, 8, False, torch.randn(5, 4, generator=g))]
+
+
+register(Exercise(
+    label="ch04_ex3", title="A self-attention module",
+    name="SelfAttention", reference=SelfAttention, points=3, kind="class",
+    checks=[
+        Check("d_in=3, d_out=2 on the chapter's sentence, with given weights", _sa_sentence_calls, seed=4,
+              hint="three nn.Linear layers named W_query, W_key, W_value; scores = queries times keys "
+                   "transposed, divided by sqrt(d_k); softmax over the keys; weights times values."),
+        Check("a batch of 2 x 4 tokens, d_in=5, d_out=3, with given weights", _sa_batch_calls, seed=5,
+              hint="transpose only the last two axes of the keys so a batch axis in front still works."),
+        Check("qkv_bias=True gives each projection a bias", _sa_bias_calls, seed=6,
+              hint="pass qkv_bias on to every nn.Linear as its bias argument."),
+        Check("batches with and without bias, other sizes (hidden)", _sa_big_calls, seed=7, public=False,
+              hint="three nn.Linear(d_in, d_out, bias=qkv_bias), scaled by sqrt(d_out), softmax over keys."),
+    ],
+    mistakes=[
+        Mistake("no scaling",
+                "you forgot to scale the scores: divide them by sqrt(d_k), the width of the keys, before "
+                "the softmax.", _SAUnscaled),
+        Mistake("scaled by d_k",
+                "you divided the scores by d_k itself; the scaling factor is its square root.", _SAScaledByDk),
+        Mistake("inputs as values",
+                "you weighted the raw inputs; the context vectors are weighted sums of the projected "
+                "values (the output of W_value).", _SAInputsAsValues),
+        Mistake("softmax over the queries axis",
+                "your softmax normalises over the queries axis; each query's weights must sum to 1 over "
+                "the keys (the last axis).", _SAQueryAxis),
+        Mistake("ignored qkv_bias",
+                "your projections have no bias even when qkv_bias=True; pass the flag on to nn.Linear.",
+                _SAIgnoresBias),
+    ],
+))
+
+
+# ======================================================================= ch04_ex4
+
+def attend_permuted(inputs, perm, W_query, W_key, W_value):
+    """Attention on ``inputs[perm]``, and its output put back into the original order."""
+    num_tokens = inputs.shape[0]
+    if perm.dim() != 1 or perm.numel() != num_tokens or \
+            not torch.equal(torch.sort(perm).values, torch.arange(num_tokens, dtype=perm.dtype)):
+        raise ValueError(f"perm must contain each of 0..{num_tokens - 1} exactly once (inputs has "
+                         f"{num_tokens} tokens), got perm of shape {tuple(perm.shape)}: {perm.tolist()}")
+    x = inputs[perm]
+    queries, keys, values = x @ W_query, x @ W_key, x @ W_value
+    weights = torch.softmax(queries @ keys.T / math.sqrt(keys.shape[-1]), dim=-1)
+    permuted = weights @ values
+    inverse = torch.argsort(perm)
+    return permuted, permuted[inverse]
+
+
+def _ap_check(inputs, perm):
+    n = inputs.shape[0]
+    if perm.dim() != 1 or sorted(perm.tolist()) != list(range(n)):
+        raise ValueError(f"perm is not a permutation: {perm.tolist()}")
+
+
+def _ap_attend(x, W_query, W_key, W_value, scale=True):
+    queries, keys, values = x @ W_query, x @ W_key, x @ W_value
+    scores = queries @ keys.T
+    if scale:
+        scores = scores / math.sqrt(keys.shape[-1])
+    return torch.softmax(scores, dim=-1) @ values
+
+
+def _ap_reapplied(inputs, perm, W_query, W_key, W_value):
+    _ap_check(inputs, perm)
+    permuted = _ap_attend(inputs[perm], W_query, W_key, W_value)
+    return permuted, permuted[perm]
+
+
+def _ap_no_validation(inputs, perm, W_query, W_key, W_value):
+    permuted = _ap_attend(inputs[perm], W_query, W_key, W_value)
+    return permuted, permuted[torch.argsort(perm, stable=True)]
+
+
+def _ap_unscaled(inputs, perm, W_query, W_key, W_value):
+    _ap_check(inputs, perm)
+    permuted = _ap_attend(inputs[perm], W_query, W_key, W_value, scale=False)
+    return permuted, permuted[torch.argsort(perm)]
+
+
+def _random_perm(n, g):
+    # Never an involution: for those, a permutation and its inverse coincide.
+    while True:
+        perm = torch.randperm(n, generator=g)
+        if not torch.equal(perm[perm], torch.arange(n)):
+            return perm
+
+
+def _projections(g, d_in, d_out):
+    return tuple(torch.randn(d_in, d_out, generator=g) for _ in range(3))
+
+
+def _ap_sentence_calls(seed):
+    g = _gen(seed)
+    w = _projections(g, 3, 2)
+    swap = torch.tensor([2, 1, 0, 3, 4, 5])      # "mice hunt owls on quiet nights"
+    shift = torch.tensor([1, 2, 3, 4, 5, 0])     # a cyclic shift (not its own inverse)
+    return [Call(args=(INPUTS.clone(), swap) + w), Call(args=(INPUTS.clone(), shift) + w)]
+
+
+def _ap_random_calls(seed):
+    g = _gen(seed)
+    x = torch.randn(8, 4, generator=g)
+    return [Call(args=(x, _random_perm(8, g)) + _projections(g, 4, 3))]
+
+
+def _ap_bad_calls(seed):
+    g = _gen(seed)
+    w = _projections(g, 3, 2)
+    return [Call(args=(INPUTS.clone(), torch.tensor([5, 4, 3, 2, 1, 0])) + w),   # a valid call first
+            Call(args=(INPUTS.clone(), torch.tensor([0, 0, 1, 2, 3, 4])) + w),   # a repeated index
+            Call(args=(INPUTS.clone(), torch.tensor([1, 0, 2, 3, 4])) + w),      # too short
+            Call(args=(INPUTS.clone(), torch.tensor([1, 2, 3, 4, 5, 6])) + w)]   # out of range
+
+
+def _ap_big_calls(seed):
+    g = _gen(seed)
+    x = torch.randn(10, 5, generator=g)
+    return [Call(args=(x, _random_perm(10, g)) + _projections(g, 5, 6))]
+
+
+register(Exercise(
+    label="ch04_ex4", title="Shuffle, attend, restore",
+    name="attend_permuted", reference=attend_permuted, points=2,
+    checks=[
+        Check("the chapter's sentence, owls and mice swapped, then cyclically shifted",
+              _ap_sentence_calls, seed=8,
+              hint="attend over inputs[perm] (scaled by sqrt(d_k)), then move row r of the result back "
+                   "to the position of token perm[r]."),
+        Check("8 random tokens, a random permutation", _ap_random_calls, seed=9,
+              hint="restored_contexts[t] must be the context of original token t, which sits at the "
+                   "position where perm holds t."),
+        Check("a perm that is not a permutation of 0..num_tokens-1 raises ValueError naming perm",
+              _ap_bad_calls, seed=10, must_mention=["perm"],
+              hint="check that perm is 1-D and holds each index 0..num_tokens-1 exactly once; name perm "
+                   "in the message."),
+        Check("10 random tokens, a random permutation (hidden)", _ap_big_calls, seed=11, public=False,
+              hint="scaled attention over inputs[perm], then the inverse permutation for the restored rows."),
+    ],
+    mistakes=[
+        Mistake("reapplied perm",
+                "you shuffled the output with perm a second time; to undo a permutation you need its "
+                "inverse (they only coincide when perm is its own inverse, like a single swap).",
+                _ap_reapplied),
+        Mistake("no validation of perm",
+                "a repeated, missing or out-of-range index in perm must be refused with a ValueError "
+                "naming perm, before any indexing.", _ap_no_validation),
+        Mistake("no scaling",
+                "you forgot to divide the scores by sqrt(d_k) (the number of columns of W_key) before "
+                "the softmax.", _ap_unscaled),
+    ],
+))
+
+
+# ======================================================================= ch04_ex5
+
+def sinusoidal_encoding(num_positions, d_model):
+    """Sinusoidal positional encoding, float32 tensor of shape (num_positions, d_model)."""
+    if num_positions < 1:
+        raise ValueError(f"num_positions must be a positive integer, got {num_positions}")
+    if d_model < 2 or d_model % 2 != 0:
+        raise ValueError(f"d_model must be a positive even integer (sin/cos pairs), got {d_model}")
+    pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angles = pos / 10000.0 ** (two_i / d_model)
+    pe = torch.zeros(num_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles)
+    return pe.float()
+
+
+def _pe_validate(num_positions, d_model):
+    if num_positions < 1:
+        raise ValueError(f"num_positions must be positive, got {num_positions}")
+    if d_model < 2 or d_model % 2 != 0:
+        raise ValueError(f"d_model must be positive and even, got {d_model}")
+
+
+def _pe_table(num_positions, d_model, exponent, swap=False, blocks=False):
+    pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    cols = torch.arange(d_model, dtype=torch.float64)
+    angles = pos / 10000.0 ** exponent(cols)
+    if blocks:  # first all the sines, then all the cosines
+        half = angles[:, 0::2]
+        return torch.cat([torch.sin(half), torch.cos(half)], dim=1)[:, :d_model].float()
+    even = (torch.arange(d_model) % 2 == 0)
+    if swap:
+        even = ~even
+    return torch.where(even, torch.sin(angles), torch.cos(angles)).float()
+
+
+def _pe_swapped(num_positions, d_model):
+    _pe_validate(num_positions, d_model)
+    return _pe_table(num_positions, d_model, lambda c: 2 * (c // 2) / d_model, swap=True)
+
+
+def _pe_no_factor_two(num_positions, d_model):
+    _pe_validate(num_positions, d_model)
+    return _pe_table(num_positions, d_model, lambda c: (c // 2) / d_model)
+
+
+def _pe_column_index(num_positions, d_model):
+    _pe_validate(num_positions, d_model)
+    return _pe_table(num_positions, d_model, lambda c: c / d_model)
+
+
+def _pe_blocks(num_positions, d_model):
+    _pe_validate(num_positions, d_model)
+    return _pe_table(num_positions, d_model, lambda c: 2 * (c // 2) / d_model, blocks=True)
+
+
+def _pe_odd_accepted(num_positions, d_model):
+    if num_positions < 1 or d_model < 1:
+        raise ValueError(f"num_positions and d_model must be positive, got {num_positions}, {d_model}")
+    return _pe_table(num_positions, d_model, lambda c: 2 * (c // 2) / d_model)
+
+
+def _pe_small_calls(seed):
+    return [Call(args=(4, 6))]
+
+
+def _pe_table_calls(seed):
+    return [Call(args=(50, 16))]
+
+
+def _pe_bad_calls(seed):
+    return [Call(args=(3, 4)),     # a valid call first
+            Call(args=(5, 3)), Call(args=(0, 4)), Call(args=(4, 0)), Call(args=(-2, 4)), Call(args=(6, 7))]
+
+
+def _pe_bad_words(call):
+    return ["num_positions"] if call.args[0] < 1 else ["d_model"]
+
+
+def _pe_random_calls(seed):
+    g = _gen(seed)
+    n = int(torch.randint(10, 41, (1,), generator=g))
+    d = 2 * int(torch.randint(2, 17, (1,), generator=g))
+    return [Call(args=(n, d)), Call(args=(1, 8))]
+
+
+register(Exercise(
+    label="ch04_ex5", title="Sinusoidal positional encoding",
+    name="sinusoidal_encoding", reference=sinusoidal_encoding, points=2,
+    checks=[
+        Check("4 positions, d_model=6", _pe_small_calls, seed=0, atol=1e-4,
+              hint="column 2i holds sin(pos / 10000^(2i/d_model)), column 2i+1 the cosine of the same angle; "
+                   "return float32 of shape (num_positions, d_model)."),
+        Check("50 positions, d_model=16", _pe_table_calls, seed=0, atol=1e-4,
+              hint="use the same frequency for columns 2i and 2i+1: 1 / 10000^(2i/d_model)."),
+        Check("odd or non-positive sizes raise ValueError naming the argument", _pe_bad_calls, seed=0,
+              atol=1e-4, must_mention=_pe_bad_words,
+              hint="refuse num_positions < 1 and an odd or non-positive d_model, naming the offending "
+                   "argument in the message."),
+        Check("random sizes (hidden)", _pe_random_calls, seed=12, public=False, atol=1e-4,
+              hint="interleaved sin (even columns) and cos (odd columns), frequency 1 / 10000^(2i/d_model)."),
+    ],
+    mistakes=[
+        Mistake("sin and cos swapped",
+                "your even columns hold cosines and your odd columns sines; Vaswani et al. put the sine "
+                "in column 2i and the cosine in column 2i+1.", _pe_swapped),
+        Mistake("exponent i/d_model",
+                "your frequencies fall too slowly: the exponent of 10000 is 2i/d_model, where i counts "
+                "the sin/cos pairs (so 2i is the even column index).", _pe_no_factor_two),
+        Mistake("column index as exponent",
+                "your cosine columns use their own column index in the exponent; both columns of a pair "
+                "(2i and 2i+1) share the frequency of the even one, 1 / 10000^(2i/d_model).",
+                _pe_column_index),
+        Mistake("sines and cosines in blocks",
+                "you put all the sines first and all the cosines after; the formula interleaves them "
+                "(sin in even columns, cos in odd columns).", _pe_blocks),
+        Mistake("odd d_model accepted",
+                "an odd d_model leaves a sine without its cosine partner; refuse it with a ValueError "
+                "naming d_model.", _pe_odd_accepted),
+    ],
+))
