@@ -36,6 +36,19 @@ def _list(args) -> int:
     return 0
 
 
+def _coalesce_streams(outputs: list) -> list:
+    # A cell that prints while computing can be saved as several stream outputs, split
+    # differently on each run; merging them keeps the saved notebook byte-stable.
+    merged: list = []
+    for output in outputs:
+        if (output.get("output_type") == "stream" and merged
+                and merged[-1].get("output_type") == "stream" and merged[-1]["name"] == output["name"]):
+            merged[-1]["text"] += output["text"]
+        else:
+            merged.append(output)
+    return merged
+
+
 def _execute(args) -> int:
     """Execute solution notebooks in place (for authors), stopping at the first error."""
     import os
@@ -60,6 +73,8 @@ def _execute(args) -> int:
             continue
         for cell in nb.cells:
             cell.metadata.pop("execution", None)
+            if cell.cell_type == "code":
+                cell.outputs = _coalesce_streams(cell.outputs)
         nbformat.write(nb, path)
         print(f"{path}: executed in {time.perf_counter() - start:.1f} s")
     return status
