@@ -47,7 +47,6 @@ def setup() -> None:
 def _env() -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("MPLBACKEND", "Agg")
     return env
 
 

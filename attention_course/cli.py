@@ -58,7 +58,7 @@ def _execute(args) -> int:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    os.environ.pop("MPLBACKEND", None)  # figures need the kernel's inline backend
     status = 0
     for name in args.notebooks:
         path = Path(name)

@@ -32,7 +32,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suite", action="store_true", help="also time the whole pytest suite")
     args = parser.parse_args()
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ.pop("MPLBACKEND", None)  # figures need the kernel's inline backend
     print(f"machine: {os.cpu_count()} cores, torch threads {__import__('torch').get_num_threads()}")
     timings = [(time_notebook(p), p.name) for p in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))]
     print(f"{'notebook':40s} {'seconds':>8s}  target {TARGET_SECONDS:.0f} s")

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_full_edition_builds_without_warnings(tmp_path):
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     out = tmp_path / "book"
-    env = dict(os.environ, MPLBACKEND="Agg")
+    # Figures come from the kernel's inline backend; an inherited MPLBACKEND would hide them.
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     result = subprocess.run([str(jupyter_book), "build", str(ROOT), "--path-output", str(out),
                              "-W", "-n", "--keep-going"], capture_output=True, text=True, env=env)
     log = result.stdout + result.stderr

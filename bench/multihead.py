@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Time and memory of three multi-head attention layers that compute the same function.
+
+    .venv/bin/python bench/multihead.py            # print the table and the target lines
+    .venv/bin/python bench/multihead.py --save     # also write bench/multihead_results.csv
+    .venv/bin/python bench/multihead.py --quick    # two small sizes only (a smoke test)
+
+The layers (all from :mod:`attention_course.multihead`, d_model = 768, 12 heads of 64,
+causal, dropout 0, loaded with the same weights and checked to agree before timing):
+
+* ``wrapper``   -- 12 single-head modules run one after the other, outputs concatenated,
+  then the output projection;
+* ``efficient`` -- one projection each for queries, keys and values, reshaped to
+  (batch, heads, tokens, head_dim), scores / mask / softmax / weighted values written
+  out by hand as batched matmuls, then the output projection;
+* ``sdpa``      -- the same layer with its core replaced by
+  ``torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)``.
+
+Sizes: batch 1 with 32, 64, 128, 256, 512 and 1024 tokens (the sequence-length sweep
+that the chapter plots on log-log axes), and batch 8 with 64 tokens.
+
+**Time.** ``torch.set_num_threads(2)``. "forward" is inference: eval mode under
+``torch.no_grad()``. "fwd+bwd" is one training step's worth of work: a forward pass with
+autograd, then ``out.sum().backward()`` (parameter gradients reset to None between runs,
+outside the timed region). Every layer gets 2 untimed warm-up runs, then the runs of the
+three layers are *interleaved* (wrapper, efficient, sdpa, wrapper, ...), so that a burst
+of load from other processes hits all three alike; the table reports the **median** in
+milliseconds (30 runs for small inputs, down to 5 for 1024 tokens).
+
+**Peak memory.** CPU tensors have no ``torch.cuda.max_memory_allocated``, so we measure
+what the operating system sees: each (size, layer) runs in a **fresh subprocess** that
+builds the layer and input, does a warm-up forward and backward on a tiny 8-token input
+(so that one-time allocations -- thread pools, kernel workspaces -- are already paid),
+reads its peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, a
+high-water mark), then runs the measured forward (no grad) and reports the growth of the
+high-water mark, then the measured forward+backward and reports the growth again. So
+"peak MB" is the extra memory the step needed on top of the model's weights and the
+input, including the parameter gradients in fwd+bwd. It is an honest upper-level view
+(allocator reuse and page granularity included) and is coarse for small inputs: below a
+few MB the numbers are mostly allocator noise, which the chapter says.
+
+The script prints PASS/FAIL lines for the chapter's targets and never asserts: timings
+depend on the machine and on whatever else runs on it.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from attention_course import multihead as mh  # noqa: E402
+
+D_MODEL, NUM_HEADS, THREADS = 768, 12, 2
+CONTEXT = 1024
+SIZES = [(1, 32), (1, 64), (1, 128), (1, 256), (1, 512), (1, 1024), (8, 64)]
+QUICK_SIZES = [(1, 32), (8, 64)]
+VARIANTS = ["wrapper", "efficient", "sdpa"]
+CSV_PATH = ROOT / "bench" / "multihead_results.csv"
+
+
+def build(variant: str, seed: int = 0):
+    """The three layers with identical weights (the wrapper's, mapped into the others)."""
+    torch.manual_seed(seed)
+    wrapper = mh.MultiHeadAttentionWrapper(D_MODEL, D_MODEL, CONTEXT, 0.0, NUM_HEADS)
+    if variant == "wrapper":
+        return wrapper
+    cls = mh.MultiHeadAttention if variant == "efficient" else mh.SDPAMultiHeadAttention
+    return mh.copy_wrapper_weights(wrapper, cls(D_MODEL, D_MODEL, CONTEXT, 0.0, NUM_HEADS))
+
+
+def make_input(batch: int, tokens: int) -> torch.Tensor:
+    return torch.randn(batch, tokens, D_MODEL, generator=torch.Generator().manual_seed(1))
+
+
+def run_forward(layer, x):
+    layer.eval()
+    with torch.no_grad():
+        return layer(x)
+
+
+def run_fwd_bwd(layer, x):
+    layer.train()
+    out = layer(x)
+    out.sum().backward()
+    return out
+
+
+def repeats_for(batch: int, tokens: int) -> int:
+    work = batch * tokens
+    if tokens >= 1024:
+        return 5
+    if tokens >= 512:
+        return 8
+    if tokens >= 256:
+        return 12
+    return 30 if work <= 128 else 20
+
+
+def time_size(batch: int, tokens: int) -> dict:
+    """Median ms per (variant, mode), runs interleaved across the variants."""
+    layers = {v: build(v) for v in VARIANTS}
+    x = make_input(batch, tokens)
+    # Same function first: a benchmark of layers that disagree would be meaningless.
+    with torch.no_grad():
+        ref = layers["wrapper"](x)
+        for v in VARIANTS[1:]:
+            torch.testing.assert_close(layers[v](x), ref, rtol=1e-4, atol=1e-4)
+    reps = repeats_for(batch, tokens)
+    out = {}
+    for mode, fn in (("forward", run_forward), ("fwd+bwd", run_fwd_bwd)):
+        samples = {v: [] for v in VARIANTS}
+        for v in VARIANTS:            # warm-up
+            for _ in range(2):
+                layers[v].zero_grad(set_to_none=True)
+                fn(layers[v], x)
+        for _ in range(reps):
+            for v in VARIANTS:
+                layers[v].zero_grad(set_to_none=True)
+                start = time.perf_counter()
+                fn(layers[v], x)
+                samples[v].append((time.perf_counter() - start) * 1e3)
+        for v in VARIANTS:
+            out[(v, mode)] = (statistics.median(samples[v]), reps)
+    return out
+
+
+def _maxrss_mb() -> float:
+    # ru_maxrss is in kilobytes on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def memory_probe(variant: str, batch: int, tokens: int) -> dict:
+    """Run in a fresh process: growth of the peak RSS for one forward and one fwd+bwd."""
+    torch.set_num_threads(THREADS)
+    layer = build(variant)
+    x = make_input(batch, tokens)
+    tiny = make_input(1, 8)
+    run_forward(layer, tiny)
+    run_fwd_bwd(layer, tiny)
+    layer.zero_grad(set_to_none=True)
+    base = _maxrss_mb()
+    out = run_forward(layer, x)
+    fwd = _maxrss_mb() - base
+    del out
+    out = run_fwd_bwd(layer, x)
+    fb = _maxrss_mb() - base
+    return {"forward": fwd, "fwd+bwd": fb}
+
+
+def measure_memory(variant: str, batch: int, tokens: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--memory-probe", variant, str(batch), str(tokens)]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def fmt_ratio(a: float, b: float) -> str:
+    return f"{a / b:6.2f}x" if b > 0 else "    n/a"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--save", action="store_true", help=f"write {CSV_PATH.relative_to(ROOT)}")
+    parser.add_argument("--quick", action="store_true", help="only batch 1 x 32 and batch 8 x 64")
+    parser.add_argument("--memory-probe", nargs=3, metavar=("VARIANT", "BATCH", "TOKENS"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_probe:
+        variant, batch, tokens = args.memory_probe
+        print(json.dumps(memory_probe(variant, int(batch), int(tokens))))
+        return 0
+
+    torch.set_num_threads(THREADS)
+    sizes = QUICK_SIZES if args.quick else SIZES
+    date = _dt.date.today().isoformat()
+    print(f"multi-head attention, d_model={D_MODEL}, {NUM_HEADS} heads, causal; torch {torch.__version__}, "
+          f"{THREADS} threads of {os.cpu_count()} cores ({cpu_name()}); {date}")
+    print("times: median ms (runs interleaved); peak: growth of peak RSS in MB, fresh process per layer\n")
+    rows = []
+    header = (f"{'batch x tokens':>14s} {'layer':>9s} | {'fwd ms':>9s} {'vs wrap':>8s} {'peak MB':>8s} | "
+              f"{'fwd+bwd ms':>10s} {'vs wrap':>8s} {'peak MB':>8s} | {'mem vs efficient (fwd, fwd+bwd)':>31s}")
+    print(header)
+    print("-" * len(header))
+    results = {}
+    for batch, tokens in sizes:
+        times = time_size(batch, tokens)
+        mems = {v: measure_memory(v, batch, tokens) for v in VARIANTS}
+        for v in VARIANTS:
+            for mode in ("forward", "fwd+bwd"):
+                ms, reps = times[(v, mode)]
+                results[(batch, tokens, v, mode)] = (ms, mems[v][mode])
+                rows.append({"batch": batch, "tokens": tokens, "variant": v, "mode": mode,
+                             "ms": f"{ms:.3f}", "peak_mb": f"{mems[v][mode]:.1f}", "repeats": reps})
+        for v in VARIANTS:
+            f_ms, f_mb = results[(batch, tokens, v, "forward")]
+            b_ms, b_mb = results[(batch, tokens, v, "fwd+bwd")]
+            wf = results[(batch, tokens, "wrapper", "forward")][0]
+            wb = results[(batch, tokens, "wrapper", "fwd+bwd")][0]
+            ef_mb = results[(batch, tokens, "efficient", "forward")][1]
+            eb_mb = results[(batch, tokens, "efficient", "fwd+bwd")][1]
+            mem = f"{fmt_ratio(f_mb, ef_mb)} {fmt_ratio(b_mb, eb_mb)}"
+            print(f"{batch:>6d} x {tokens:<5d} {v:>9s} | {f_ms:9.2f} {wf / f_ms:7.2f}x {f_mb:8.1f} | "
+                  f"{b_ms:10.2f} {wb / b_ms:7.2f}x {b_mb:8.1f} | {mem:>31s}")
+        print()
+
+    print("targets (reported, not asserted):")
+    lines = []
+    if (1, 32, "wrapper", "forward") in results:
+        for mode in ("forward", "fwd+bwd"):
+            speed = results[(1, 32, "wrapper", mode)][0] / results[(1, 32, "efficient", mode)][0]
+            lines.append((speed >= 3.0, f"efficient >= 3x faster than the wrapper at batch 1 x 32 tokens "
+                                        f"({mode}): {speed:.2f}x"))
+    if (1, 1024, "wrapper", "forward") in results:
+        for mode in ("forward", "fwd+bwd"):
+            speed = results[(1, 1024, "wrapper", mode)][0] / results[(1, 1024, "sdpa", mode)][0]
+            mem = results[(1, 1024, "sdpa", mode)][1] / max(results[(1, 1024, "efficient", mode)][1], 1e-9)
+            lines.append((speed >= 2.0, f"sdpa >= 2x faster than the wrapper at 1024 tokens ({mode}): {speed:.2f}x"))
+            lines.append((mem <= 0.25, f"sdpa peak memory <= 1/4 of the hand-written layer's at 1024 tokens "
+                                       f"({mode}): {mem:.3f}"))
+    for ok, text in lines:
+        print(f"  {'PASS' if ok else 'FAIL'}  {text}")
+    if not lines:
+        print("  (the target sizes were not run)")
+
+    if args.save:
+        with CSV_PATH.open("w", newline="", encoding="utf-8") as handle:
+            handle.write(f"# measured by bench/multihead.py on {date}: torch {torch.__version__}, "
+                         f"torch.set_num_threads({THREADS}) on a {os.cpu_count()}-core {cpu_name()}\n")
+            handle.write("# d_model 768, 12 heads, causal, dropout 0; ms = median time; peak_mb = growth of "
+                         "the peak resident set size in a fresh process\n")
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"\nwrote {CSV_PATH.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
