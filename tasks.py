@@ -2,7 +2,7 @@
 """Set up and run the course's main jobs with nothing but Python 3.11.
 
     python3 tasks.py book     build the course site  -> _build/html/index.html
-    python3 tasks.py test     run the whole test suite
+    python3 tasks.py test     run the whole test suite (installs Debian's chromium if missing)
     python3 tasks.py setup    only create/update the virtual environment (.venv)
 
 Each job first makes sure `.venv` exists and holds exactly what requirements.txt
@@ -44,6 +44,22 @@ def setup() -> None:
     STAMP.write_text(wanted + "\n")
 
 
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def ensure_chromium() -> None:
+    """The browser tests drive Debian's Chromium; install it when it is missing."""
+    if CHROMIUM.exists():
+        return
+    prefix = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    install = prefix + ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
+    if _run(install, env=env) != 0:
+        _run(prefix + ["apt-get", "update", "-q"], env=env)
+        if _run(install, env=env) != 0:
+            sys.exit("tasks.py: could not install Debian's chromium package (needed by tests/test_site.py)")
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -60,6 +76,7 @@ def book(extra: list) -> int:
 
 def test(extra: list) -> int:
     setup()
+    ensure_chromium()
     status = _run([BIN / "python", "-m", "pytest", *extra], env=_env())
     if status == 5:
         print("tasks.py: pytest collected no tests (exit 5): the suite proves nothing", file=sys.stderr)

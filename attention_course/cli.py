@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -80,6 +81,73 @@ def _execute(args) -> int:
     return status
 
 
+def _build(args) -> int:
+    from .editions import build
+    status, html = build(Path(args.root), edition=args.edition, out=args.out)
+    if status == 0:
+        print(f"\nThe {args.edition} edition is built: open {html / 'index.html'}")
+    return status
+
+
+def _grade(args) -> int:
+    """Grade a folder of submissions (class) or one notebook (self-study)."""
+    from .grading.extra import ExtraChecksError
+    from .grading.grader import Submission, discover, run_grading
+    from .grading.reports import ProgressBar, feedback_text, write_class_reports
+    from .notebook import NotebookError
+
+    target = Path(args.target)
+    extra = Path(args.extra_checks) if args.extra_checks else None
+    options = dict(seed=args.seed, jobs=args.jobs, time_limit=args.time_limit, memory_mb=args.memory_limit,
+                   extra_checks=extra)
+    try:
+        if target.is_file():
+            run = run_grading([Submission(target.stem, target)], args.chapter, **options)
+            print(feedback_text(run.results[0], run.plan), end="")
+            print(f"(seed {run.plan.seed}; graded in {run.seconds:.1f} s)")
+            if args.out:
+                write_class_reports(run.results, run.plan, Path(args.out), run.log)
+            return 0
+        if not target.is_dir():
+            print(f"attention-course grade: {target} is neither a notebook nor a folder", file=sys.stderr)
+            return 2
+        submissions, ignored = discover(target)
+        if not submissions:
+            print(f"attention-course grade: no submission (.ipynb, or a folder holding one) in {target}",
+                  file=sys.stderr)
+            return 2
+        out = Path(args.out or f"grades-ch{args.chapter:02d}")
+        run = run_grading(submissions, args.chapter, progress=ProgressBar(f"chapter {args.chapter:02d}"), **options)
+    except (ExtraChecksError, NotebookError, ValueError) as error:
+        print(f"attention-course grade: {error}", file=sys.stderr)
+        return 2
+    if ignored:
+        run.log.append(f"ignored (not a notebook nor a folder): {', '.join(ignored)}")
+    summary = write_class_reports(run.results, run.plan, out, run.log)
+    print(f"graded {len(run.results)} submissions of chapter {args.chapter:02d} in {run.seconds:.1f} s "
+          f"(seed {run.plan.seed}); mean {summary['mean_total']:.2f} / {run.plan.max_total:g}")
+    print(f"wrote {out}/grades.csv, {out}/feedback/ ({len(run.results)} files), {out}/summary.md, "
+          f"{out}/histogram.png, {out}/grading.log")
+    return 0
+
+
+def _gradescope(args) -> int:
+    from .grading.extra import ExtraChecksError
+    from .grading.grader import default_seed
+    from .grading.gradescope import build_zip
+    seed = default_seed() if args.seed is None else args.seed
+    try:
+        names = build_zip(args.chapter, Path(args.out), seed=seed, time_limit=args.time_limit,
+                          memory_mb=args.memory_limit, jobs=args.jobs,
+                          extra_checks=Path(args.extra_checks) if args.extra_checks else None)
+    except (ExtraChecksError, ValueError) as error:
+        print(f"attention-course gradescope: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: Gradescope autograder for chapter {args.chapter:02d} "
+          f"({len(names)} files, seed {seed}); upload it as the assignment's autograder zip")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attention-course", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,10 +163,38 @@ def main(argv=None) -> int:
     lst.add_argument("--chapter", type=int)
     lst.set_defaults(func=_list)
 
+    bld = sub.add_parser("build", help="build the course site: the full edition or the student edition (no solutions)")
+    bld.add_argument("--edition", choices=["full", "student"], default="full")
+    bld.add_argument("--out", help="output folder (default: the course folder for full, _build/student for student)")
+    bld.add_argument("--root", default=".", help="the course folder (default: current folder)")
+    bld.set_defaults(func=_build)
+
     exe = sub.add_parser("execute", help="execute notebooks in place (authors: refresh a solution notebook's outputs)")
     exe.add_argument("notebooks", nargs="+")
     exe.add_argument("--timeout", type=int, default=300)
     exe.set_defaults(func=_execute)
+
+    grd = sub.add_parser("grade", help="grade a folder of submitted notebooks (or one notebook) for a chapter")
+    grd.add_argument("target", help="a folder of submissions (alice.ipynb, or bob/<one>.ipynb), or one notebook")
+    grd.add_argument("--chapter", type=int, required=True)
+    grd.add_argument("--out", help="output folder (default: grades-chNN); for one notebook, optional")
+    grd.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)),
+                     help="parallel sandboxed workers (default: cores, at most 4)")
+    grd.add_argument("--seed", type=int, help="grading seed of the hidden inputs (default: random, logged)")
+    grd.add_argument("--time-limit", type=float, default=10.0, help="seconds per exercise (default 10)")
+    grd.add_argument("--memory-limit", type=int, default=1024, help="MB per exercise above the baseline (default 1024)")
+    grd.add_argument("--extra-checks", help="folder of .py files adding private checks (trusted; run in the grader)")
+    grd.set_defaults(func=_grade)
+
+    gsc = sub.add_parser("gradescope", help="build a Gradescope autograder zip for a chapter")
+    gsc.add_argument("--chapter", type=int, required=True)
+    gsc.add_argument("--out", default="autograder.zip")
+    gsc.add_argument("--seed", type=int, help="grading seed baked into the zip (default: random)")
+    gsc.add_argument("--jobs", type=int, default=2)
+    gsc.add_argument("--time-limit", type=float, default=10.0)
+    gsc.add_argument("--memory-limit", type=int, default=1024)
+    gsc.add_argument("--extra-checks", help="folder of .py files adding private checks, shipped in the zip")
+    gsc.set_defaults(func=_gradescope)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -1,4 +1,6 @@
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,3 +13,32 @@ sys.path.insert(0, str(ROOT))
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+def _build(edition: str, out: Path) -> tuple:
+    # Figures come from the kernel's inline backend; an inherited MPLBACKEND would hide them.
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    cmd = [sys.executable, "-m", "attention_course.cli", "build", "--edition", edition,
+           "--root", str(ROOT), "--out", str(out)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return result.returncode, result.stdout + result.stderr, out / "_build" / "html"
+
+
+@pytest.fixture(scope="session")
+def full_site(tmp_path_factory):
+    """The full edition, built once per session from a cold cache (warnings are errors)."""
+    return _build("full", tmp_path_factory.mktemp("full"))
+
+
+@pytest.fixture(scope="session")
+def student_site(tmp_path_factory):
+    """The student edition, built once per session."""
+    return _build("student", tmp_path_factory.mktemp("student") / "site")
+
+
+@pytest.fixture(scope="session")
+def output_dir() -> Path:
+    """Where tests leave artefacts for a person to look at (screenshots)."""
+    path = ROOT / "_build" / "test-output"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,35 +1,112 @@
-"""The course site builds with Sphinx's warnings as errors (-W -n --keep-going):
-no broken reference, no failing cell, no missing citation."""
-import os
-import shutil
-import subprocess
-import sys
+"""Both editions of the site build with Sphinx's warnings as errors (-W -n
+--keep-going): no broken reference, no failing cell, no missing citation; the
+student edition carries no solution anywhere in the built folder."""
+import html
+import json
+import re
+from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
+
+from attention_course.release import generate, solution_paths
+
 ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ["Overview", "Prerequisites", "Summary", "Exercises", "References"]
 
 
-def test_full_edition_builds_without_warnings(tmp_path):
-    jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    out = tmp_path / "book"
-    # Figures come from the kernel's inline backend; an inherited MPLBACKEND would hide them.
-    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    result = subprocess.run([str(jupyter_book), "build", str(ROOT), "--path-output", str(out),
-                             "-W", "-n", "--keep-going"], capture_output=True, text=True, env=env)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-6000:]
+def _sphinx_warnings(log: str) -> list:
     # The kernel's own log lines ("[IPKernelApp] WARNING | ...") are not Sphinx warnings.
-    warnings = [l for l in log.splitlines() if "WARNING" in l and "[IPKernelApp]" not in l]
-    assert not warnings, warnings[:20]
-    html = out / "_build" / "html"
-    for page in ["index.html", "bibliography.html"]:
-        assert (html / page).exists(), page
-    chapters = sorted((html / "solutions").glob("*.html"))
-    assert len(chapters) == len(list((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")))
+    return [l for l in log.splitlines() if ("WARNING" in l or "ERROR" in l) and "[IPKernelApp]" not in l]
+
+
+@pytest.mark.parametrize("edition", ["full", "student"])
+def test_edition_builds_without_warnings(edition, full_site, student_site):
+    status, log, html_dir = full_site if edition == "full" else student_site
+    assert status == 0, log[-6000:]
+    assert not _sphinx_warnings(log), _sphinx_warnings(log)[:20]
+    for page in ["index.html", "bibliography.html", "exercises.html", "instructors.html"]:
+        assert (html_dir / page).exists(), page
+    folder = "solutions" if edition == "full" else "chapters"
+    chapters = sorted((html_dir / folder).glob("*.html"))
+    assert len(chapters) == len(solution_paths(ROOT))
     for page in chapters:
         text = page.read_text(encoding="utf-8")
-        for section in ["Overview", "Prerequisites", "Summary", "Exercises", "References"]:
+        for section in SECTIONS:
             assert f">{section}<" in text, f"{page.name} lacks the {section} section"
-        assert "exercise" in text and "solution" in text
+        assert 'class="exercise' in text
         assert "<img" in text, f"{page.name} shows no figure"
         assert "Traceback" not in text, f"{page.name} shows a traceback"
+        assert ('class="solution' in text) == (edition == "full")
+
+
+class _Text(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.parts = []
+
+    def handle_data(self, data):
+        self.parts.append(data)
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def _searchable_text(path: Path) -> str:
+    raw = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".html":
+        parser = _Text()
+        parser.feed(raw)
+        # Highlighted code is split into <span>s: join the text back up.
+        return _normalise("".join(parser.parts)) + "\n" + _normalise(html.unescape(raw))
+    if path.suffix in (".ipynb", ".json"):
+        try:
+            return _normalise(json.dumps(json.loads(raw), ensure_ascii=False)) + _normalise(raw)
+        except ValueError:
+            return _normalise(raw)
+    return _normalise(raw)
+
+
+def _distinctive_solution_lines() -> list:
+    lines = set()
+    for path in solution_paths(ROOT):
+        _, regions = generate(path)
+        for region in regions:
+            for line in region.code.splitlines():
+                line = line.strip()
+                if len(line) >= 25 and not line.startswith("#"):
+                    lines.add(_normalise(line))
+    return sorted(lines)
+
+
+def test_student_edition_has_no_solution_anywhere(student_site):
+    status, log, html_dir = student_site
+    assert status == 0, log[-3000:]
+    site = html_dir.parent.parent  # the whole output folder, not only html/
+    lines = _distinctive_solution_lines()
+    assert len(lines) > 50
+    files = [p for p in site.rglob("*") if p.is_file()
+             and p.suffix in (".html", ".js", ".json", ".ipynb", ".txt", ".md", ".py")
+             and "_static" not in p.parts]
+    assert any(p.name == "searchindex.js" for p in files)
+    leaks = []
+    for path in files:
+        text = _searchable_text(path)
+        leaks += [(path.relative_to(site), line) for line in lines if line in text]
+        assert "# BEGIN SOLUTION" not in text, path
+        assert "Solution to" not in text, path
+    assert not leaks, leaks[:10]
+
+
+def test_full_edition_offers_student_notebooks_for_download_and_launch(full_site):
+    status, log, html_dir = full_site
+    assert status == 0, log[-3000:]
+    for path in solution_paths(ROOT):
+        page = (html_dir / "solutions" / path.name).with_suffix(".html").read_text(encoding="utf-8")
+        download = html_dir / "_sources" / "solutions" / path.name
+        assert f'href="../_sources/solutions/{path.name}"' in page
+        assert download.read_bytes() == (ROOT / "chapters" / path.name).read_bytes()
+        launches = re.findall(r'href="(https://(?:mybinder\.org|colab\.research\.google\.com)[^"]+)"', page)
+        assert len(launches) == 2, launches
+        assert all(f"chapters/{path.name}" in url and "solutions/" not in url for url in launches)

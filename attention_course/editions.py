@@ -1,0 +1,72 @@
+"""Build the two editions of the course site.
+
+* **full** – built in place from the course folder: chapter pages come from
+  ``solutions/`` (prose, executed outputs, folded solutions). Output: ``_build/html``.
+* **student** – built from a staging copy (``_build/student-src``) whose table of
+  contents points at the generated student notebooks in ``chapters/``, which carry no
+  solution. Nothing is executed: the student notebooks keep the worked examples'
+  outputs and have the exercises' outputs cleared. Output: ``_build/student/html``.
+
+Both are built with ``jupyter-book build -W -n --keep-going`` (warnings are errors).
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+# What the student edition copies from the course folder besides chapters/.
+_STUDENT_FILES = ["intro.md", "bibliography.md", "exercises.md", "instructors.md", "references.bib"]
+
+
+def _jupyter_book() -> str:
+    candidate = Path(sys.executable).parent / "jupyter-book"
+    return str(candidate) if candidate.exists() else "jupyter-book"
+
+
+def stage_student(root: Path, staging: Path) -> Path:
+    """Create the student edition's source folder; return it."""
+    root, staging = Path(root), Path(staging)
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    for name in _STUDENT_FILES:
+        if (root / name).exists():
+            shutil.copy2(root / name, staging / name)
+    shutil.copytree(root / "_static", staging / "_static")
+    (staging / "chapters").mkdir()
+    for notebook in sorted((root / "chapters").glob("[0-9][0-9]_*.ipynb")):
+        shutil.copy2(notebook, staging / "chapters" / notebook.name)
+
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    config["title"] = f"{config.get('title', 'Course')} (student edition)"
+    config["exclude_patterns"] = [p for p in config.get("exclude_patterns", []) if not p.startswith("chapters")]
+    # The student notebooks are shown as generated: worked examples keep their
+    # outputs, exercises are empty. Executing them would only print failing checks.
+    config.setdefault("execute", {})["execute_notebooks"] = "off"
+    config.setdefault("sphinx", {}).setdefault("config", {})["attention_course_edition"] = "student"
+    (staging / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+    toc = (root / "_toc.yml").read_text(encoding="utf-8")
+    (staging / "_toc.yml").write_text(toc.replace("file: solutions/", "file: chapters/"), encoding="utf-8")
+    return staging
+
+
+def build(root: Path, edition: str = "full", out: Optional[Path] = None, extra: tuple = ()) -> tuple:
+    """Build one edition; return ``(exit_status, html_folder)``."""
+    root = Path(root).resolve()
+    if edition not in ("full", "student"):
+        raise ValueError(f"edition must be 'full' or 'student', got {edition!r}")
+    if edition == "full":
+        source = root
+        out = Path(out).resolve() if out else root
+    else:
+        out = Path(out).resolve() if out else root / "_build" / "student"
+        source = stage_student(root, out.parent / f"{out.name}-src")
+    cmd = [_jupyter_book(), "build", str(source), "--path-output", str(out), "-W", "-n", "--keep-going", *extra]
+    status = subprocess.call(cmd)
+    return status, out / "_build" / "html"

@@ -1,0 +1,73 @@
+"""A small Sphinx extension for the two editions of the course site.
+
+Chapter pages are built from ``solutions/NN_slug.ipynb`` (full edition) or
+``chapters/NN_slug.ipynb`` (student edition). In both editions a reader who
+downloads or launches a chapter must get the **student** notebook:
+
+* the launch buttons (Binder, Colab, JupyterHub) of a chapter page point to
+  ``chapters/NN_slug.ipynb`` in the repository;
+* the downloadable ``_sources/.../NN_slug.ipynb`` files are replaced by the
+  student notebooks when the build finishes.
+
+Config value ``attention_course_edition`` is ``"full"`` (default) or ``"student"``.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+
+def _retarget_launch_buttons(app, pagename, templatename, context, doctree):
+    if not pagename.startswith("solutions/"):
+        return
+    for group in context.get("header_buttons", []):
+        if group.get("label") != "launch-buttons":
+            continue
+        for button in group.get("buttons", []):
+            if "url" in button:
+                button["url"] = button["url"].replace("/solutions/", "/chapters/")
+    # What the download buttons offer is overwritten with the student notebook.
+    for group in context.get("header_buttons", []):
+        if group.get("label") == "download-buttons":
+            for button in group.get("buttons", []):
+                if button.get("label") == "download-notebook-button":
+                    button["tooltip"] = "Download the student notebook"
+
+
+def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
+    # sphinx-thebe registers its inline configuration script once per read phase;
+    # a page that declares `const THEBE_JS_URL` twice throws a SyntaxError in the browser.
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        body = str(getattr(script, "attributes", {}).get("body", "") or "")
+        # Inline scripts are registered with filename None or "": compare their bodies.
+        key = ("inline", body) if body else ("file", str(getattr(script, "filename", script)))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    if "script_files" in context:
+        context["script_files"][:] = unique
+
+
+def _ship_student_notebooks(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    srcdir = Path(app.srcdir)
+    sources = Path(app.outdir) / "_sources"
+    for folder in ("solutions", "chapters"):
+        for target in sorted((sources / folder).glob("[0-9][0-9]_*.ipynb")):
+            student = srcdir / "chapters" / target.name
+            if not student.exists():
+                raise FileNotFoundError(
+                    f"attention_course.sphinxext: no student notebook {student} for the page {target.name}; "
+                    "run `attention-course release`")
+            shutil.copyfile(student, target)
+
+
+def setup(app):
+    app.add_config_value("attention_course_edition", "full", "html")
+    # After sphinx-book-theme has added its buttons (priority 501).
+    app.connect("html-page-context", _retarget_launch_buttons, priority=600)
+    app.connect("html-page-context", _drop_duplicate_scripts, priority=600)
+    app.connect("build-finished", _ship_student_notebooks)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -1,0 +1,159 @@
+"""Both editions of the site, as a reader sees them: headless Chromium (Debian's
+/usr/bin/chromium driven by Playwright) loading every page from a local HTTP server."""
+import functools
+import http.server
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urldefrag, urljoin, urlparse
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHAPTER = "03_scoring_functions"
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `python3 tasks.py test` installs Debian's chromium package")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+def _serve(folder: Path):
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+@pytest.fixture(scope="module")
+def sites(full_site, student_site):
+    servers = {}
+    for name, (status, log, html_dir) in {"full": full_site, "student": student_site}.items():
+        assert status == 0, log[-3000:]
+        servers[name] = (_serve(html_dir), html_dir)
+    yield {name: (base, html_dir) for name, ((server, base), html_dir) in servers.items()}
+    for (server, _), _ in servers.values():
+        server.shutdown()
+
+
+def _pages(html_dir: Path) -> list:
+    return sorted(str(p.relative_to(html_dir)) for p in html_dir.rglob("*.html") if "_static" not in p.parts)
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+@pytest.mark.parametrize("edition", ["full", "student"])
+def test_every_page_loads_cleanly(browser, sites, edition):
+    base, html_dir = sites[edition]
+    pages = _pages(html_dir)
+    assert len(pages) >= 8
+    problems, checked_links = [], {}
+    context = browser.new_context()
+    for name in pages:
+        page = context.new_page()
+        errors = []
+        page.on("console", lambda msg, errors=errors: errors.append(f"console {msg.type}: {msg.text}")
+                if msg.type == "error" else None)
+        page.on("pageerror", lambda exc, errors=errors: errors.append(f"page error: {exc}"))
+        page.on("requestfailed", lambda req, errors=errors: errors.append(f"request failed: {req.url}")
+                if req.url.startswith(base) else None)
+        page.on("response", lambda res, errors=errors: errors.append(f"HTTP {res.status}: {res.url}")
+                if res.url.startswith(base) and res.status >= 400 else None)
+        page.goto(base + name, wait_until="load")
+        redirect = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"',
+                             (html_dir / name).read_text(encoding="utf-8"))
+        if redirect:  # index.html sends the reader on to intro.html
+            page.wait_for_url(urljoin(base + name, redirect.group(1)))
+            page.wait_for_load_state("load")
+        broken_images = page.eval_on_selector_all(
+            "img", "imgs => imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+        errors += [f"broken image: {src}" for src in broken_images]
+        for href in page.eval_on_selector_all("a[href]", "as => as.map(a => a.href)"):
+            target, _ = urldefrag(href)
+            if target.startswith(base) and target not in checked_links:
+                checked_links[target] = _status(target)
+            if target.startswith(base) and checked_links[target] != 200:
+                errors.append(f"broken link {href} ({checked_links[target]})")
+        problems += [f"{name}: {e}" for e in errors]
+        page.close()
+    context.close()
+    assert not problems, problems[:20]
+    assert len(checked_links) > 20
+
+
+@pytest.mark.parametrize("edition", ["full", "student"])
+def test_equations_render(browser, sites, edition):
+    base, _ = sites[edition]
+    folder = "solutions" if edition == "full" else "chapters"
+    page = browser.new_page()
+    page.goto(f"{base}{folder}/{CHAPTER}.html", wait_until="load")
+    page.wait_for_selector("mjx-container", timeout=20000)
+    assert page.locator("mjx-container").count() > 10
+    # No equation left as raw TeX: MathJax reports errors as <mjx-merror>.
+    assert page.locator("mjx-merror").count() == 0
+    page.close()
+
+
+def test_full_edition_folds_solutions_and_offers_the_student_notebook(browser, sites, output_dir):
+    base, html_dir = sites["full"]
+    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    page.goto(f"{base}solutions/{CHAPTER}.html", wait_until="load")
+    page.wait_for_selector("mjx-container", timeout=20000)
+    solution = page.locator("div.solution").first
+    code = solution.locator("div.cell_input pre, pre").first
+    assert not code.is_visible(), "a solution is unfolded before any click"
+    solution.scroll_into_view_if_needed()
+    solution.locator("button.toggle-button").first.click()
+    code.wait_for(state="visible", timeout=5000)
+    assert "def " in code.inner_text() or "class " in code.inner_text()
+    # The download button offers the student notebook, not the solution notebook.
+    href = page.eval_on_selector("a.btn-download-source-button", "a => a.href")
+    with urllib.request.urlopen(href) as response:
+        notebook = json.loads(response.read())
+    sources = "".join("".join(c["source"]) for c in notebook["cells"])
+    assert 'raise NotImplementedError("ch03_ex1: ' in sources
+    assert "# BEGIN SOLUTION" not in sources
+    # Launch buttons open the student notebook in the repository.
+    launch = page.eval_on_selector_all("a[href*='colab'], a[href*='mybinder']", "as => as.map(a => a.href)")
+    assert launch and all(f"chapters/{CHAPTER}.ipynb" in url for url in launch), launch
+    page.screenshot(path=str(output_dir / "full-edition-chapter3.png"), full_page=False)
+    solution.screenshot(path=str(output_dir / "full-edition-unfolded-solution.png"))
+    page.close()
+
+
+def test_student_edition_has_no_solution_toggle(browser, sites, output_dir):
+    base, html_dir = sites["student"]
+    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    for name in _pages(html_dir):
+        page.goto(base + name, wait_until="load")
+        assert page.locator("div.solution, .solution").count() == 0, name
+        assert "Solution to" not in page.inner_text("body"), name
+    page.goto(f"{base}chapters/{CHAPTER}.html", wait_until="load")
+    page.wait_for_selector("mjx-container", timeout=20000)
+    page.locator("div.exercise").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(output_dir / "student-edition-chapter3-exercise.png"))
+    page.goto(f"{base}chapters/{CHAPTER}.html", wait_until="load")
+    page.screenshot(path=str(output_dir / "student-edition-chapter3.png"))
+    page.close()
