@@ -1,0 +1,18 @@
+"""The class grader: ``attention-course grade`` and ``attention-course gradescope``.
+
+One module per concern:
+
+* :mod:`.zygote_main` – the zygote and its sandboxed children (rlimits, clean env, Landlock)
+* :mod:`.runtime`     – the student-facing runtime package a child may import
+* :mod:`.sandbox`     – parent side: zygote processes, safe reading and validation of outcomes
+* :mod:`.grader`      – plan (calls + reference outcomes), submissions, judging, scores
+* :mod:`.extra`       – ``--extra-checks``: private checks added by an instructor
+* :mod:`.reports`     – grades.csv, feedback, summary + histogram, log, Gradescope's results.json
+* :mod:`.gradescope`  – the Gradescope autograder zip and its ``run_autograder``
+
+Trusted and untrusted code never share a process: the student's cells run only in a
+forked, sandboxed child that returns plain outcomes; every decision is the parent's.
+"""
+from .grader import GradingRun, Submission, build_plan, discover, run_grading
+
+__all__ = ["GradingRun", "Submission", "build_plan", "discover", "run_grading"]

@@ -1,0 +1,523 @@
+"""Grading orchestration: plan (calls + reference outcomes), submissions, children, judging.
+
+Trusted work happens here, in the grader's process: drawing every check's inputs from
+the grading seed, computing the reference's outcomes once per class, judging each
+student's outcomes with :func:`attention_course.checking.judge`, and scoring. The
+student's code runs only in sandboxed children (:mod:`.sandbox`), which get plain
+calls and return plain outcomes.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from ..checking import STUB_HINT, CheckResult, hidden_seed, judge, outcomes_for
+from ..notebook import NotebookError, _src, exercise_code, load_cells, setup_code
+from ..registry import all_exercises
+from .extra import ExerciseTable, load_extra_checks
+from .runtime import PACKAGE_DIR, RUNTIME_MODULES
+
+MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+_CHECK_CELL_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@dataclass
+class CheckPlan:
+    check: object
+    index: int
+    seed: int
+    calls: list
+    reference: list  # the reference's outcomes on these calls (computed once per class)
+
+
+@dataclass
+class ExercisePlan:
+    exercise: object
+    cells_from: str
+    checks: list
+    blocked: list
+
+    @property
+    def label(self) -> str:
+        return self.exercise.label
+
+
+@dataclass
+class GradingPlan:
+    chapter: int
+    seed: int
+    exercises: list
+    standard_setup: str
+    extra_files: list = field(default_factory=list)
+
+    @property
+    def max_total(self) -> float:
+        return float(sum(p.exercise.points for p in self.exercises))
+
+    def calls_data(self) -> dict:
+        return {p.label: [[dataclasses.asdict(c) for c in cp.calls] for cp in p.checks] for p in self.exercises}
+
+
+def standard_setup(chapter: int, root: Optional[Path] = None) -> str:
+    """The setup cell of the chapter's own student notebook (used when a submission lost its tag)."""
+    root = Path(root) if root else PACKAGE_DIR.parent
+    for folder in ("chapters", "solutions"):
+        for path in sorted((root / folder).glob(f"{chapter:02d}_*.ipynb")):
+            try:
+                return setup_code(load_cells(path))
+            except NotebookError:
+                continue
+    return "import math\nimport torch\nfrom torch import nn\nfrom attention_course import check\n"
+
+
+def _blocked_names(exercise) -> list:
+    """(module, attribute, label): the runtime's own answer to ``exercise``, to refuse in the child."""
+    import importlib
+    out = []
+    ref = exercise.reference
+    for name in RUNTIME_MODULES:
+        module_name = f"attention_course.{name}"
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # noqa: BLE001 - a chapter module not written yet
+            continue
+        for attr in {exercise.name, getattr(ref, "__name__", None)}:
+            if not attr or not hasattr(module, attr):
+                continue
+            same = getattr(module, attr) is ref
+            if attr == exercise.name or same:
+                out.append((module_name, attr, exercise.label))
+    return sorted(set(out))
+
+
+def build_plan(chapter: int, seed: int, extra_checks: Optional[Path] = None,
+               root: Optional[Path] = None) -> GradingPlan:
+    exercises = all_exercises(chapter)
+    if not exercises:
+        raise ValueError(f"chapter {chapter} has no registered exercise")
+    table = ExerciseTable(exercises)
+    extra = load_extra_checks(extra_checks, table) if extra_checks else []
+    plans = []
+    torch_state = torch.random.get_rng_state()
+    try:
+        for ex in table.ordered():
+            checks = []
+            for index, check in enumerate(ex.checks):
+                check_seed = hidden_seed(seed, index)
+                calls = check.make_calls(check_seed)
+                reference = outcomes_for(ex.reference, calls, ex.kind)
+                checks.append(CheckPlan(check, index, check_seed, calls, reference))
+            plans.append(ExercisePlan(ex, table.cells_from[ex.label], checks, _blocked_names(ex)))
+    finally:
+        torch.random.set_rng_state(torch_state)
+    return GradingPlan(chapter, seed, plans, standard_setup(chapter, root), extra)
+
+
+# ------------------------------------------------------------------ submissions
+
+
+@dataclass
+class Submission:
+    student: str
+    path: Optional[Path]
+    problem: str = ""
+
+
+def discover(directory: Path) -> tuple:
+    """Submissions in ``directory`` (``alice.ipynb`` or ``alice/<one>.ipynb``), sorted; and ignored entries."""
+    directory = Path(directory)
+    subs, ignored = [], []
+    for entry in sorted(directory.iterdir(), key=lambda p: p.name):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_file() and entry.suffix == ".ipynb":
+            subs.append(Submission(entry.stem, entry))
+        elif entry.is_dir():
+            notebooks = sorted(p for p in entry.rglob("*.ipynb")
+                               if ".ipynb_checkpoints" not in p.parts and not p.name.startswith("."))
+            if len(notebooks) == 1:
+                subs.append(Submission(entry.name, notebooks[0]))
+            elif not notebooks:
+                subs.append(Submission(entry.name, None, "the submission folder holds no .ipynb notebook"))
+            else:
+                subs.append(Submission(entry.name, None, f"the submission folder holds {len(notebooks)} notebooks "
+                                       f"({', '.join(p.name for p in notebooks[:5])}); submit exactly one"))
+        else:
+            ignored.append(entry.name)
+    seen: dict = {}
+    for sub in subs:  # alice.ipynb and alice/ → two distinct, stable names
+        seen[sub.student] = seen.get(sub.student, 0) + 1
+        if seen[sub.student] > 1:
+            sub.student = f"{sub.student}~{seen[sub.student]}"
+    subs.sort(key=lambda s: (s.student.lower(), s.student))
+    return subs, ignored
+
+
+def _defines(source: str, name: str) -> bool:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return True
+    return False
+
+
+@dataclass
+class Prepared:
+    setup: str
+    code: dict   # label -> source to run (or None when nothing can be run)
+    notes: dict  # label -> list of notes for the feedback
+    problem: dict  # label -> reason for a zero decided without running anything
+    general: list = field(default_factory=list)
+
+
+def prepare(sub: Submission, plan: GradingPlan) -> Prepared:
+    """Extract the setup cell and each exercise's cells (read-only; raise NotebookError when unreadable)."""
+    if sub.path is None:
+        raise NotebookError(sub.problem)
+    size = sub.path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        raise NotebookError(f"{sub.path.name}: the notebook is {size / 1e6:.0f} MB, over the "
+                            f"{MAX_NOTEBOOK_BYTES // 1_000_000} MB limit (clear large outputs)")
+    cells = load_cells(sub.path)
+    general = []
+    setup = setup_code(cells)
+    if not setup.strip():
+        setup = plan.standard_setup
+        general.append("no code cell is tagged `setup`: the chapter's standard setup cell was used instead")
+    blocks = exercise_code(cells)
+    code_cells = [_src(c) for c in cells if c.get("cell_type") == "code"
+                  and "setup" not in c.get("metadata", {}).get("tags", [])
+                  and not _CHECK_CELL_RE.search(_src(c))]
+    prepared = Prepared(setup, {}, {}, {}, general)
+    for ep in plan.exercises:
+        label, name, source_label = ep.label, ep.exercise.name, ep.cells_from
+        notes = []
+        block = blocks.get(source_label)
+        if block is not None and _defines(block, name):
+            prepared.code[label] = block
+        else:
+            elsewhere = [src for src in code_cells if _defines(src, name)]
+            if elsewhere:
+                prepared.code[label] = elsewhere[-1]
+                where = "is missing" if block is None else "does not define it"
+                notes.append(f"`{name}` was taken from a cell outside the exercise's block (the block {where}; "
+                             f"cells moved?)")
+            elif block is not None:
+                prepared.code[label] = block  # the child reports what it defines instead
+            else:
+                prepared.code[label] = None
+                prepared.problem[label] = (f"the notebook has no cells for {source_label} (its `{{exercise}}` block "
+                                           f"with `:label: {source_label}` is missing) and no cell defines `{name}`")
+        prepared.notes[label] = notes
+    return prepared
+
+
+# ------------------------------------------------------------------ results
+
+
+@dataclass
+class ExerciseResult:
+    label: str
+    name: str
+    title: str
+    max_points: float
+    points: float = 0.0
+    checks: list = field(default_factory=list)  # CheckResult
+    reason: str = ""                           # why the whole exercise scored 0 (if it did)
+    notes: list = field(default_factory=list)
+    elapsed: float = 0.0
+
+    @property
+    def summary(self) -> str:
+        """One short reason for a CSV cell (empty at full marks)."""
+        if self.points >= self.max_points - 1e-9:
+            return ""
+        if self.reason:
+            return self.reason
+        failed = [c for c in self.checks if not c.passed]
+        return f"{len(failed)}/{len(self.checks)} checks failed: {failed[0].reason}" if failed else ""
+
+
+@dataclass
+class SubmissionResult:
+    student: str
+    path: Optional[Path]
+    exercises: list = field(default_factory=list)
+    problem: str = ""
+    notes: list = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return round(sum(e.points for e in self.exercises), 4)
+
+    @property
+    def max_total(self) -> float:
+        return round(sum(e.max_points for e in self.exercises), 4)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class Grader:
+    """Grade submissions of one chapter with a :class:`~.sandbox.Sandbox`."""
+
+    def __init__(self, plan: GradingPlan, sandbox, time_limit: float = 10.0, memory_mb: int = 1024):
+        self.plan, self.sandbox = plan, sandbox
+        self.time_limit, self.memory_mb = float(time_limit), int(memory_mb)
+        self.calls_path = sandbox.write_calls(f"ch{plan.chapter:02d}-{plan.seed}-{id(plan)}", plan.calls_data())
+        self._judge_lock = threading.Lock()  # kept mistakes may seed torch's global RNG
+
+    # ---------------------------------------------------------- one exercise
+    def _request(self, ep: ExercisePlan, setup: str, code: str) -> dict:
+        ex = ep.exercise
+        return {"label": ex.label, "name": ex.name, "kind": ex.kind, "setup": setup, "code": code,
+                "blocked": ep.blocked, "calls_path": self.calls_path, "timeout": self.time_limit,
+                "memory_mb": self.memory_mb}
+
+    def grade_exercise(self, ep: ExercisePlan, prepared: Prepared) -> ExerciseResult:
+        ex = ep.exercise
+        result = ExerciseResult(ex.label, ex.name, ex.title, float(ex.points),
+                                notes=list(prepared.notes.get(ex.label, [])))
+        if prepared.code.get(ex.label) is None:
+            result.reason = prepared.problem.get(ex.label, "nothing to run")
+            result.checks = self._all_failed(ep, result.reason)
+            return result
+        start = time.perf_counter()
+        report, outcome, problem, stderr = self.sandbox.run(self._request(ep, prepared.setup, prepared.code[ex.label]))
+        result.elapsed = time.perf_counter() - start
+        self._decide(ep, result, report, outcome, problem, stderr)
+        result.points = round(sum(c.points for c in result.checks), 4)
+        if result.points == 0 and not result.reason:
+            failed = [c for c in result.checks if not c.passed]
+            if failed and all(c.hint == STUB_HINT for c in failed):
+                result.reason = "not implemented yet (the exercise cell still raises NotImplementedError)"
+        return result
+
+    def _all_failed(self, ep: ExercisePlan, reason: str) -> list:
+        points = ep.exercise.points / len(ep.checks)
+        return [CheckResult(ep.label, cp.check.name, False, reason, "", None, 0.0, points) for cp in ep.checks]
+
+    def _ended(self, report) -> str:
+        if report.zygote_died:
+            return ("the grading process that ran this exercise was killed (a submission must not signal other "
+                    "processes); the grader restarted it and scored this exercise 0")
+        if report.timed_out:
+            return f"timed out after {self.time_limit:g} s (infinite loop, or far too slow?)"
+        if report.signal is not None:
+            name = _signal_name(report.signal)
+            if report.signal == signal.SIGXCPU:
+                return f"used more CPU time than allowed ({name})"
+            return f"the process was killed by {name} (it crashed, or killed itself)"
+        if report.exit_code == 71:
+            return "the grader could not set up its sandbox (an error of the grader, not of the submission)"
+        return f"the process ended without finishing (exit code {report.exit_code}: sys.exit()/os._exit()?)"
+
+    def _decide(self, ep, result, report, outcome, problem, stderr) -> None:
+        if report.exit_code == 71 and "sandbox setup failed" in stderr:
+            result.reason = f"the grader could not set up its sandbox: {stderr.strip()[:300]}"
+            result.checks = self._all_failed(ep, result.reason)
+            return
+        if report.zygote_died or outcome is None:
+            if not report.zygote_died and not report.timed_out and problem and problem != "no outcome file":
+                result.reason = (f"the grader rejected the results ({problem}); this happens when the code "
+                                 f"tampers with how results are saved")
+            else:
+                result.reason = self._ended(report)
+            result.checks = self._all_failed(ep, result.reason)
+            return
+        phase, error = outcome["phase"], outcome.get("error")
+        cell = "setup cell" if phase == "setup" else "exercise cell"
+        if phase in ("setup", "exercise"):
+            if error is not None:
+                result.reason = self._error_reason(cell, error)
+            else:
+                result.reason = f"while running the {cell}: " + self._ended(report)
+            result.checks = self._all_failed(ep, result.reason)
+            return
+        if phase == "missing":
+            defined = outcome.get("defined", [])
+            result.reason = (f"the exercise's cells define no `{ep.exercise.name}`"
+                             + (f" (they define {', '.join(defined[:8])}; renamed?)" if defined else ""))
+            result.checks = self._all_failed(ep, result.reason)
+            return
+        got_all = outcome["outcomes"]
+        checks = []
+        points = ep.exercise.points / len(ep.checks)
+        for i, cp in enumerate(ep.checks):
+            if i < len(got_all) and len(got_all[i]) == len(cp.calls):
+                with self._judge_lock:
+                    try:
+                        r = judge(ep.exercise, cp.check, cp.calls, got_all[i], cp.reference)
+                    except Exception as error:  # noqa: BLE001 - a malformed value the comparison chokes on
+                        r = CheckResult(ep.label, cp.check.name, False,
+                                        f"the result could not be compared ({type(error).__name__})", cp.check.hint)
+            elif i < len(got_all):
+                r = CheckResult(ep.label, cp.check.name, False, "the results have the wrong number of calls", "")
+            else:
+                r = CheckResult(ep.label, cp.check.name, False, "not run: " + self._ended(report), "")
+            r.max_points = points
+            r.points = points if r.passed else 0.0
+            checks.append(r)
+        result.checks = checks
+        if phase != "done" and not any(c.passed for c in checks):
+            result.reason = self._ended(report)
+
+    def _error_reason(self, cell: str, error: dict) -> str:
+        kind, message, where = error["type"], error["message"], error["where"]
+        at = f" ({where})" if where else ""
+        if kind == "SystemExit":
+            return f"the {cell} called sys.exit(){at}; remove it"
+        if kind == "MemoryError" or "allocate" in message.lower():
+            return f"the {cell} ran out of memory (limit {self.memory_mb} MB above the baseline){at}"
+        if kind == "NotImplementedError":
+            return f"not implemented yet (the {cell} raised NotImplementedError){at}"
+        return f"the {cell} raised {kind}: {message[:300]}{at}"
+
+    # ---------------------------------------------------------- a class
+    def grade(self, submissions: list, progress: Optional[Callable] = None) -> list:
+        results = {}
+        pending = {}
+        tasks = []
+        for sub in submissions:
+            res = SubmissionResult(sub.student, sub.path)
+            results[sub.student] = res
+            try:
+                prepared = prepare(sub, self.plan)
+            except (NotebookError, OSError) as error:
+                res.problem = str(error)
+                for ep in self.plan.exercises:
+                    er = ExerciseResult(ep.label, ep.exercise.name, ep.exercise.title, float(ep.exercise.points),
+                                        reason=f"malformed submission: {error}")
+                    er.checks = self._all_failed(ep, er.reason)
+                    res.exercises.append(er)
+                continue
+            res.notes = prepared.general
+            res.exercises = [None] * len(self.plan.exercises)
+            pending[sub.student] = len(self.plan.exercises)
+            for i, ep in enumerate(self.plan.exercises):
+                tasks.append((sub.student, i, ep, prepared))
+        done = [sum(1 for r in results.values() if r.student not in pending)]
+        lock = threading.Lock()
+        if progress:
+            progress(done[0], len(submissions))
+
+        def work(task):
+            student, i, ep, prepared = task
+            try:
+                er = self.grade_exercise(ep, prepared)
+            except Exception as error:  # noqa: BLE001 - a grader bug must not stop the class
+                er = ExerciseResult(ep.label, ep.exercise.name, ep.exercise.title, float(ep.exercise.points),
+                                    reason=f"internal grader error: {type(error).__name__}: {error}")
+                er.checks = self._all_failed(ep, er.reason)
+            with lock:
+                results[student].exercises[i] = er
+                pending[student] -= 1
+                if pending[student] == 0:
+                    done[0] += 1
+                    if progress:
+                        progress(done[0], len(submissions))
+
+        with ThreadPoolExecutor(max_workers=self.sandbox.jobs) as pool:
+            list(pool.map(work, tasks))
+        return [results[s.student] for s in submissions]
+
+
+def default_seed() -> int:
+    import secrets
+    return secrets.randbelow(2**31 - 1)
+
+
+# ------------------------------------------------------------------ entry points
+
+
+@dataclass
+class GradingRun:
+    plan: GradingPlan
+    results: list
+    log: list
+    seconds: float
+    landlock_abi: int
+    restarts: int
+
+
+def _log_header(plan: GradingPlan, sandbox, time_limit, memory_mb, jobs) -> list:
+    import platform
+    from .. import __version__
+    lines = [f"attention-course {__version__} grade · chapter {plan.chapter:02d}",
+             f"started: {time.strftime('%Y-%m-%d %H:%M:%S')}",
+             f"seed: {plan.seed}  (pass --seed {plan.seed} to reproduce these hidden inputs)",
+             f"exercises: {', '.join(f'{p.label} ({p.exercise.points:g} pt, {len(p.checks)} checks)' for p in plan.exercises)}",
+             f"limits: {time_limit:g} s and {memory_mb} MB per exercise; {jobs} worker(s)",
+             f"python {platform.python_version()}, torch {torch.__version__}",
+             f"course package (checks, references): {PACKAGE_DIR}"]
+    if plan.extra_files:
+        lines.append(f"extra checks: {', '.join(plan.extra_files)}")
+    abi = sandbox.landlock_abi
+    lines.append(f"sandbox: Landlock ABI {abi}" + (" (files, TCP, signals, abstract sockets)" if abi >= 6 else "")
+                 if abi else "sandbox: WARNING Landlock unavailable; children are not confined to their scratch folder")
+    for w in sandbox.warnings:
+        lines.append(f"warning: {w}")
+    blocked = [f"{m}.{a} ({l})" for p in plan.exercises for m, a, l in p.blocked]
+    if blocked:
+        lines.append(f"the course's own answers refused in the children: {', '.join(blocked)}")
+    return lines
+
+
+def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, jobs: int = 2,
+                time_limit: float = 10.0, memory_mb: int = 1024, extra_checks: Optional[Path] = None,
+                progress: Optional[Callable] = None, sandbox=None, landlock: bool = True,
+                root: Optional[Path] = None) -> GradingRun:
+    """Grade ``submissions`` (from :func:`discover`); reuse ``sandbox`` when given."""
+    from .sandbox import Sandbox
+    start = time.perf_counter()
+    seed = default_seed() if seed is None else int(seed)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        own = sandbox is None
+        if own:
+            sandbox = Sandbox(jobs=jobs, landlock=landlock)
+            sandbox.launch()  # the zygotes import torch while the reference outcomes are computed
+        try:
+            plan = build_plan(chapter, seed, extra_checks, root)
+            if own:
+                sandbox.wait_ready()
+            log = _log_header(plan, sandbox, time_limit, memory_mb, sandbox.jobs)
+            grader = Grader(plan, sandbox, time_limit, memory_mb)
+            results = grader.grade(submissions, progress)
+            restarts = sandbox.restarts
+            abi = sandbox.landlock_abi
+        finally:
+            if own:
+                sandbox.close()
+    finally:
+        torch.set_num_threads(old_threads)
+    seconds = time.perf_counter() - start
+    for r in results:
+        reasons = "; ".join(f"{e.label}: {e.summary}" for e in r.exercises if e.summary)
+        log.append(f"{r.student}: {r.total:g}/{r.max_total:g}" + (f"  [{r.problem or reasons}]"[:400]
+                                                                  if (r.problem or reasons) else ""))
+    log.append(f"graded {len(results)} submission(s) in {seconds:.1f} s; zygote restarts: {restarts}")
+    return GradingRun(plan, results, log, seconds, abi, restarts)

@@ -1,0 +1,158 @@
+"""A Gradescope autograder for one chapter: build the zip, and its ``run_autograder`` entry point.
+
+``attention-course gradescope --chapter 3 --out autograder.zip`` writes a zip with
+
+* ``setup.sh`` – installs the pinned requirements (``torch==2.13.0`` exactly, from
+  PyTorch's CPU index, numpy and matplotlib at the course's pins);
+* ``run_autograder`` – grades ``$AUTOGRADER_ROOT/submission/*.ipynb`` (default root
+  ``/autograder``) and writes ``$AUTOGRADER_ROOT/results/results.json``;
+* ``requirements.txt``, ``autograder.json`` (chapter, seed, limits);
+* ``attention_course/`` – the course package, hidden checks included (they stay in
+  the grader's process; the sandboxed child only sees the student-facing runtime);
+* ``chapters/NN_*.ipynb`` – the chapter's student notebook (its setup cell is the
+  fallback when a submission lost its ``setup`` tag);
+* ``extra_checks/`` – the instructor's private checks, when given.
+
+``AUTOGRADER_ROOT`` and ``AUTOGRADER_PYTHON`` make the layout testable offline: unpack
+the zip into ``ROOT/source``, put a notebook in ``ROOT/submission`` and run
+``ROOT/source/run_autograder``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+from .runtime import PACKAGE_DIR
+
+DEFAULT_PINS = {"torch": "2.13.0", "numpy": "2.4.6", "matplotlib": "3.11.2"}
+
+SETUP_SH = """#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder image.
+set -euo pipefail
+if ! command -v python3 >/dev/null || ! python3 -m pip --version >/dev/null 2>&1; then
+    apt-get update && apt-get install -y python3 python3-pip
+fi
+# torch is pinned exactly and taken from PyTorch's CPU index (no CUDA build).
+python3 -m pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \\
+    -r /autograder/source/requirements.txt
+"""
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# Gradescope runs this for every submission; AUTOGRADER_ROOT overrides /autograder (tests).
+set -u
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+PYTHON="${AUTOGRADER_PYTHON:-python3}"
+cd "$ROOT/source"
+export PYTHONPATH="$ROOT/source"
+exec "$PYTHON" -m attention_course.grading.gradescope run --root "$ROOT"
+"""
+
+
+def requirement_pins(root: Path) -> dict:
+    pins = dict(DEFAULT_PINS)
+    path = root / "requirements.txt"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            m = re.match(r"^\s*(torch|numpy|matplotlib)==([\w.+-]+)", line)
+            if m:
+                pins[m.group(1)] = m.group(2)
+    return pins
+
+
+def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, memory_mb: int = 1024,
+              jobs: int = 2, extra_checks: Optional[Path] = None, root: Optional[Path] = None) -> list:
+    """Write the autograder zip; return the names it holds."""
+    from ..registry import all_exercises
+    root = Path(root) if root else PACKAGE_DIR.parent
+    if not all_exercises(chapter):
+        raise ValueError(f"chapter {chapter} has no registered exercise")
+    if extra_checks is not None:
+        from .grader import build_plan
+        build_plan(chapter, seed, extra_checks, root)  # fail now, not on Gradescope
+    pins = requirement_pins(root)
+    config = {"chapter": chapter, "seed": seed, "time_limit": time_limit, "memory_mb": memory_mb, "jobs": jobs}
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    names = []
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        def add(name: str, data: str, mode: int = 0o644) -> None:
+            info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+            names.append(name)
+
+        add("setup.sh", SETUP_SH, 0o755)
+        add("run_autograder", RUN_AUTOGRADER, 0o755)
+        add("requirements.txt", "".join(f"{k}=={v}\n" for k, v in pins.items()))
+        add("autograder.json", json.dumps(config, indent=2) + "\n")
+        for path in sorted(PACKAGE_DIR.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            add(f"attention_course/{path.relative_to(PACKAGE_DIR).as_posix()}", path.read_text(encoding="utf-8"))
+        for path in sorted((root / "chapters").glob(f"{chapter:02d}_*.ipynb")):
+            add(f"chapters/{path.name}", path.read_text(encoding="utf-8"))
+        if extra_checks is not None:
+            for path in sorted(Path(extra_checks).glob("*.py")):
+                add(f"extra_checks/{path.name}", path.read_text(encoding="utf-8"))
+    return names
+
+
+def _find_notebook(submission_dir: Path, chapter: int) -> tuple:
+    notebooks = sorted(p for p in submission_dir.rglob("*.ipynb")
+                       if ".ipynb_checkpoints" not in p.parts and not p.name.startswith("."))
+    if not notebooks:
+        return None, "no .ipynb notebook was submitted"
+    if len(notebooks) == 1:
+        return notebooks[0], ""
+    same = [p for p in notebooks if p.name.startswith(f"{chapter:02d}_")]
+    chosen = (same or notebooks)[0]
+    return chosen, f"{len(notebooks)} notebooks were submitted; graded {chosen.name}"
+
+
+def run(root: Path) -> int:
+    """``run_autograder``: grade the one submitted notebook, write results/results.json."""
+    from .grader import Submission, run_grading
+    from .reports import gradescope_results, write_json
+    start = time.perf_counter()
+    source = root / "source"
+    config = json.loads((source / "autograder.json").read_text())
+    chapter = int(config["chapter"])
+    results_path = root / "results" / "results.json"
+    path, note = _find_notebook(root / "submission", chapter)
+    if path is None:
+        write_json({"score": 0.0, "output": f"Your submission could not be graded: {note}.", "tests": [],
+                    "visibility": "visible"}, results_path)
+        print(note)
+        return 0
+    extra = source / "extra_checks"
+    run_ = run_grading([Submission("submission", path)], chapter, seed=config["seed"],
+                       jobs=int(config.get("jobs", 2)), time_limit=float(config.get("time_limit", 10)),
+                       memory_mb=int(config.get("memory_mb", 1024)),
+                       extra_checks=extra if extra.is_dir() else None, root=source)
+    result = run_.results[0]
+    if note:
+        result.notes.append(note)
+    data = gradescope_results(result, run_.plan, time.perf_counter() - start)
+    write_json(data, results_path)
+    print("\n".join(run_.log))  # the autograder's stdout (hidden from students)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attention_course.grading.gradescope")
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="grade /autograder/submission (what run_autograder calls)")
+    r.add_argument("--root", default="/autograder")
+    args = parser.parse_args(argv)
+    return run(Path(args.root))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

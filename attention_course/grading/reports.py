@@ -1,0 +1,194 @@
+"""What the grader writes: gradebook CSV, feedback per student, class summary, log, results.json.
+
+Everything here is computed from the parent's own decisions (never from anything a
+student's code printed or wrote).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from ..checking import FAIL, PASS
+
+SUMMARY_MD, HISTOGRAM_PNG, GRADES_CSV, LOG_NAME = "summary.md", "histogram.png", "grades.csv", "grading.log"
+
+
+def _fmt(points: float) -> str:
+    return f"{points:.4f}".rstrip("0").rstrip(".") if points % 1 else f"{int(points)}"
+
+
+def safe_name(student: str) -> str:
+    name = re.sub(r"[^\w.-]+", "_", student).strip("._") or "student"
+    return name[:100]
+
+
+# ------------------------------------------------------------------ feedback
+
+
+def feedback_markdown(result, plan, title: Optional[str] = None) -> str:
+    lines = [f"# {title or 'Feedback'}: {result.student}", "",
+             f"Chapter {plan.chapter:02d} · **{_fmt(result.total)} / {_fmt(result.max_total)} points**", ""]
+    if result.problem:
+        lines += [f"**Your submission could not be graded:** {result.problem}", ""]
+    for note in result.notes:
+        lines += [f"> Note: {note}", ""]
+    for er in result.exercises:
+        passed = sum(c.passed for c in er.checks)
+        lines += [f"## {er.label} · `{er.name}` — {_fmt(er.points)} / {_fmt(er.max_points)} points",
+                  f"*{er.title}* · {passed}/{len(er.checks)} checks passed", ""]
+        if er.reason and not result.problem:
+            lines += [f"**Why {'0 points' if er.points == 0 else 'points were lost'}:** {er.reason}", ""]
+        for note in er.notes:
+            lines += [f"> Note: {note}", ""]
+        shown = set()
+        for c in er.checks:
+            if c.passed:
+                lines.append(f"- {PASS} {c.check}")
+            else:
+                reason = c.reason if c.reason != er.reason else "see above"
+                lines.append(f"- {FAIL} {c.check}: {reason}")
+                if c.hint and c.hint not in shown:
+                    lines.append(f"  - Hint: {c.hint}")
+                    shown.add(c.hint)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def feedback_text(result, plan) -> str:
+    """The same feedback for a terminal (self-study)."""
+    md = feedback_markdown(result, plan, title="Grade")
+    text = re.sub(r"^#+ ", "", md, flags=re.M)
+    text = re.sub(r"^\*([^*\n]+)\*", r"\1", text, flags=re.M)
+    return text.replace("**", "").replace("`", "")
+
+
+# ------------------------------------------------------------------ class files
+
+
+def write_csv(results: list, plan, path: Path) -> None:
+    labels = [ep.label for ep in plan.exercises]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student"] + labels + ["total", "max_total", "notes"])
+        for r in results:
+            by_label = {e.label: e for e in r.exercises}
+            notes = [r.problem] if r.problem else [f"{e.label}: {e.summary}" for e in r.exercises if e.summary]
+            writer.writerow([r.student] + [_fmt(by_label[l].points) for l in labels]
+                            + [_fmt(r.total), _fmt(r.max_total), " | ".join(notes)[:2000]])
+
+
+def write_summary(results: list, plan, out: Path) -> dict:
+    """Per-exercise pass rates and mean points; a histogram of totals (PNG, matplotlib Agg)."""
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    n = len(results)
+    rows = []
+    for ep in plan.exercises:
+        ers = [e for r in results for e in r.exercises if e.label == ep.label]
+        full = sum(1 for e in ers if e.points >= e.max_points - 1e-9)
+        checks_passed = sum(c.passed for e in ers for c in e.checks)
+        checks_total = sum(len(e.checks) for e in ers)
+        mean = sum(e.points for e in ers) / n if n else 0.0
+        rows.append({"label": ep.label, "name": ep.exercise.name, "points": float(ep.exercise.points),
+                     "full_marks_rate": full / n if n else 0.0,
+                     "check_pass_rate": checks_passed / checks_total if checks_total else 0.0,
+                     "mean_points": mean})
+    totals = [r.total for r in results]
+    max_total = plan.max_total
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    bins = max(1, min(20, int(max_total) + 1))
+    ax.hist(totals, bins=bins, range=(0, max_total), color="#b03a2e", edgecolor="white")
+    ax.set_xlabel(f"total points (out of {_fmt(max_total)})")
+    ax.set_ylabel("submissions")
+    ax.set_title(f"Chapter {plan.chapter:02d}: {n} submissions")
+    fig.tight_layout()
+    fig.savefig(out / HISTOGRAM_PNG, dpi=100)
+    plt.close(fig)
+    mean_total = sum(totals) / n if n else 0.0
+    median = sorted(totals)[n // 2] if n else 0.0
+    lines = [f"# Chapter {plan.chapter:02d}: class summary", "",
+             f"- submissions: {n}", f"- mean total: {mean_total:.2f} / {_fmt(max_total)}",
+             f"- median total: {_fmt(median)}", f"- full marks: {sum(1 for t in totals if t >= max_total - 1e-9)}",
+             f"- zero: {sum(1 for t in totals if t == 0)}", f"- grading seed: {plan.seed}", "",
+             "| exercise | function | points | full marks | checks passed | mean points |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['label']} | `{row['name']}` | {_fmt(row['points'])} | {row['full_marks_rate']:.0%} | "
+                     f"{row['check_pass_rate']:.0%} | {row['mean_points']:.2f} |")
+    lines += ["", f"![Histogram of totals]({HISTOGRAM_PNG})", ""]
+    (out / SUMMARY_MD).write_text("\n".join(lines), encoding="utf-8")
+    return {"submissions": n, "mean_total": mean_total, "exercises": rows}
+
+
+def write_class_reports(results: list, plan, out: Path, log_lines: list) -> dict:
+    out = Path(out)
+    (out / "feedback").mkdir(parents=True, exist_ok=True)
+    write_csv(results, plan, out / GRADES_CSV)
+    for r in results:
+        (out / "feedback" / f"{safe_name(r.student)}.md").write_text(feedback_markdown(r, plan), encoding="utf-8")
+    summary = write_summary(results, plan, out)
+    (out / LOG_NAME).write_text("\n".join(log_lines) + "\n", encoding="utf-8")
+    return summary
+
+
+# ------------------------------------------------------------------ Gradescope
+
+
+def gradescope_results(result, plan, execution_time: float = 0.0) -> dict:
+    """Gradescope's results.json for one submission: one test per exercise."""
+    tests = []
+    for er in result.exercises:
+        out = [f"{sum(c.passed for c in er.checks)}/{len(er.checks)} checks passed"]
+        if er.reason:
+            out.append(f"Why: {er.reason}")
+        out += er.notes
+        for c in er.checks:
+            out.append(c.line() if c.reason != er.reason or c.passed else f"{FAIL} {c.check}")
+        tests.append({"name": f"{er.label} · {er.name} ({er.title})", "score": er.points,
+                      "max_score": er.max_points,
+                      "status": "passed" if er.points >= er.max_points - 1e-9 else "failed",
+                      "output": "\n".join(out), "visibility": "visible"})
+    general = [f"Chapter {plan.chapter:02d}: {_fmt(result.total)} / {_fmt(result.max_total)} points."]
+    if result.problem:
+        general.append(f"Your submission could not be graded: {result.problem}")
+    general += [f"Note: {n}" for n in result.notes]
+    return {"score": result.total, "max_score": result.max_total, "execution_time": round(execution_time, 2),
+            "output": "\n".join(general), "visibility": "visible", "stdout_visibility": "hidden",
+            "tests": tests}
+
+
+def write_json(data: dict, path: Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+# ------------------------------------------------------------------ progress
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr (redrawn at most every 0.1 s)."""
+
+    def __init__(self, label: str = "grading", stream=None, width: int = 30):
+        self.label, self.stream, self.width = label, stream or sys.stderr, width
+        self.start = time.monotonic()
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
+        filled = int(self.width * done / total) if total else self.width
+        bar = "#" * filled + "." * (self.width - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {done}/{total} submissions  {now - self.start:5.1f} s")
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()

@@ -1,0 +1,560 @@
+"""The grading zygote: a pre-warmed process that forks one sandboxed child per exercise.
+
+This file is copied into the generated runtime folder and started by the grader as
+
+    python -I -S -B <runtime>/_ac_zygote.py <config.json>
+
+so its ``sys.path`` holds only the standard library; it then adds the runtime folder
+(the student-facing ``attention_course`` package, with no registry, no exercise, no
+check) and the site-packages folders it was told about, imports torch, numpy and
+matplotlib (Agg) once, and waits for requests on stdin (one JSON object per line).
+It answers on the file descriptor named in the config (one JSON object per line).
+
+For every request it forks a child that
+
+1. starts its own session, redirects stdin to /dev/null and stdout/stderr to capped
+   files in its scratch folder, closes every other file descriptor, clears
+   ``os.environ`` to a small fixed environment and changes into the scratch folder;
+2. sets resource limits (address space relative to its current size, file size,
+   open files, CPU time, no core dumps), dies with the zygote (PDEATHSIG), sets
+   ``PR_SET_NO_NEW_PRIVS``, drops every capability when running as root, and
+   restricts itself with Landlock: read/execute only on the standard library, the
+   allowed site-packages entries and the system library folders, read/write only on
+   its scratch folder, no TCP bind/connect (ABI >= 4), no signals to and no abstract
+   unix sockets of processes outside the sandbox (ABI >= 6);
+3. hides the course's own answer to the exercise being graded (the runtime module
+   functions named like it raise a clear "no credit" error);
+4. executes the notebook's setup cell and the exercise's cells, fetches the object by
+   name, runs each check's calls with ``attention_course.calls.run_call`` and writes
+   the plain outcomes with ``torch.save`` to ``outcomes.pt`` after every check (so a
+   timeout still keeps the checks that finished).
+
+The zygote waits for the child under a wall-clock limit, kills its process group on
+timeout, sweeps any orphaned descendant (it is a child subreaper), and reports how
+the child ended. It never judges anything: scores are decided by the parent.
+
+This module must not import ``attention_course`` at module level (it runs before the
+runtime is on the path) and must stay free of any reference solution or check.
+"""
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+
+FS_EXECUTE = 1 << 0
+FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
+FS_REMOVE_DIR = 1 << 4
+FS_REMOVE_FILE = 1 << 5
+FS_MAKE_CHAR = 1 << 6
+FS_MAKE_DIR = 1 << 7
+FS_MAKE_REG = 1 << 8
+FS_MAKE_SOCK = 1 << 9
+FS_MAKE_FIFO = 1 << 10
+FS_MAKE_BLOCK = 1 << 11
+FS_MAKE_SYM = 1 << 12
+FS_REFER = 1 << 13        # ABI 2
+FS_TRUNCATE = 1 << 14     # ABI 3
+FS_IOCTL_DEV = 1 << 15    # ABI 5
+NET_BIND_TCP = 1 << 0     # ABI 4
+NET_CONNECT_TCP = 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1                # ABI 6
+
+FILE_ONLY_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+
+# The whole, fixed environment of a child: nothing tells it that it is being graded.
+CHILD_ENV_KEYS = ("HOME", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "PATH", "TMPDIR")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64),
+                ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def landlock_abi() -> int:
+    abi = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                        ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
+    return int(abi) if abi > 0 else 0
+
+
+def _fs_rights(abi: int) -> int:
+    rights = (1 << 13) - 1
+    if abi >= 2:
+        rights |= FS_REFER
+    if abi >= 3:
+        rights |= FS_TRUNCATE
+    if abi >= 5:
+        rights |= FS_IOCTL_DEV
+    return rights
+
+
+def _prctl(option, arg2=0, arg3=0, arg4=0, arg5=0) -> int:
+    return _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3),
+                       ctypes.c_ulong(arg4), ctypes.c_ulong(arg5))
+
+
+def landlock_restrict(abi: int, read_fds: list, scratch_fd: int, dev_fds: list) -> None:
+    """Restrict the calling process; raise OSError when the kernel refuses."""
+    handled_fs = _fs_rights(abi)
+    attr = _RulesetAttr(handled_fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+                        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
+    size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
+    ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
+                            ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    read = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+    scratch = handled_fs & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK)
+    rules = [(fd, is_dir, read) for fd, is_dir in read_fds]
+    rules.append((scratch_fd, True, scratch))
+    rules += [(fd, False, FS_READ_FILE | FS_WRITE_FILE) for fd in dev_fds]
+    for fd, is_dir, access in rules:
+        if not is_dir:
+            access &= FILE_ONLY_RIGHTS
+        rule = _PathBeneathAttr(access & handled_fs, fd)
+        if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                         ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+            err = ctypes.get_errno()
+            os.close(ruleset)
+            raise OSError(err, "landlock_add_rule failed")
+    if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) < 0:
+        err = ctypes.get_errno()
+        os.close(ruleset)
+        raise OSError(err, "landlock_restrict_self failed")
+    os.close(ruleset)
+
+
+def drop_capabilities() -> None:
+    """Root in the child keeps uid 0 but loses every capability (it cannot raise its limits back)."""
+    for cap in range(64):
+        if _prctl(PR_CAPBSET_DROP, cap) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    if _libc.capset(ctypes.byref(header), ctypes.byref(data)) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
+# ------------------------------------------------------------------ the child
+
+
+def _describe_error(error: BaseException, sources: dict) -> dict:
+    """Type, message and the line of the student's cell where it happened (no paths)."""
+    import traceback
+    where = ""
+    tb = error.__traceback__
+    for frame, lineno in traceback.walk_tb(tb):
+        name = frame.f_code.co_filename
+        if name in sources:
+            lines = sources[name].splitlines()
+            text = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+            where = f"{name}, line {lineno}: {text}"[:300]
+    return {"type": type(error).__name__, "mro": [t.__name__ for t in type(error).__mro__][:20],
+            "message": str(error)[:1500], "where": where}
+
+
+def _block_reference(blocked: list) -> None:
+    """Make the runtime's own answer to the exercise being graded raise, for no credit."""
+    for module_name, attr, label in blocked:
+        module = sys.modules.get(module_name)
+        if module is None or not hasattr(module, attr):
+            continue
+        message = (f"{module_name}.{attr} is the course's answer to {label}: no credit for calling it; "
+                   f"write your own {attr}")
+
+        if isinstance(getattr(module, attr), type):  # a class: instantiating or subclassing it fails
+            def _init(self, *args, __message=message, **kwargs):
+                raise RuntimeError(__message)
+
+            def _subclass(cls, __message=message, **kwargs):
+                raise RuntimeError(__message)
+
+            _no_credit = type(attr, (), {"__init__": _init, "__init_subclass__": classmethod(_subclass),
+                                         "__doc__": message})
+        else:
+            def _no_credit(*args, __message=message, **kwargs):
+                raise RuntimeError(__message)
+
+            _no_credit.__name__ = attr
+            _no_credit.__qualname__ = attr
+        setattr(module, attr, _no_credit)
+        package = sys.modules.get("attention_course")
+        if package is not None and getattr(package, attr, None) is not None and package is not module:
+            setattr(package, attr, _no_credit)
+
+
+def _child(req: dict, state: dict) -> None:
+    """Runs in the forked child. Never returns: always ends with os._exit."""
+    code = 70
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-long files fail with an error instead
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        scratch = req["scratch"]
+        devnull = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(devnull, 0)
+        out = os.open(os.path.join(scratch, "stdout.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        err = os.open(os.path.join(scratch, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        scratch_fd = os.open(scratch, os.O_PATH | os.O_DIRECTORY)
+        keep = {0, 1, 2, scratch_fd} | {fd for fd, _ in state["read_fds"]} | set(state["dev_fds"])
+        _close_all_but(keep)
+        os.chdir(scratch)
+        os.environ.clear()
+        os.environ.update({"HOME": scratch, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "MPLBACKEND": "Agg",
+                           "OMP_NUM_THREADS": "1", "PATH": "/usr/local/bin:/usr/bin:/bin", "TMPDIR": scratch})
+        import tempfile
+        tempfile.tempdir = scratch
+        import resource
+        with open("/proc/self/statm") as f:
+            vm_bytes = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = vm_bytes + int(req["memory_mb"]) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        fsize = int(req.get("file_size_mb", 64)) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        cpu = int(req["timeout"]) + 2
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        if _prctl(PR_SET_NO_NEW_PRIVS, 1) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+        if os.geteuid() == 0 and state.get("drop_caps", True):
+            drop_capabilities()
+        if state["abi"]:
+            landlock_restrict(state["abi"], state["read_fds"], scratch_fd, state["dev_fds"])
+        _close_all_but({0, 1, 2})
+        nofile = int(req.get("max_open_files", 64))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+    except BaseException as error:  # the sandbox could not be set up: refuse to run student code
+        try:
+            os.write(2, f"sandbox setup failed: {type(error).__name__}: {error}\n".encode())
+        finally:
+            os._exit(71)
+    try:
+        code = _run_student(req, state)
+    except BaseException:
+        code = 72
+    finally:
+        os._exit(code)
+
+
+def _close_all_but(keep: set) -> None:
+    top = 1 << 16
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+        top = max(fds + [2]) + 1
+    except OSError:
+        pass
+    start = 0
+    for fd in sorted(keep) + [top]:
+        if fd > start:
+            os.closerange(start, fd)
+        start = max(start, fd + 1)
+
+
+def _run_student(req: dict, state: dict) -> int:
+    import builtins
+    import torch
+    # Keep our own references: the student's code may monkeypatch torch or builtins.
+    save, replace, SimpleNamespace = torch.save, os.replace, __import__("types").SimpleNamespace
+    from attention_course.calls import run_call
+    _block_reference(req["blocked"])
+    calls = state["calls"][req["calls_path"]]
+    result = {"phase": "setup", "error": None, "defined": [], "outcomes": []}
+
+    def write():
+        save(result, "outcomes.tmp")
+        replace("outcomes.tmp", "outcomes.pt")
+
+    write()
+    sources = {"<setup cell>": req["setup"], f"<exercise {req['label']}>": req["code"]}
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(compile(req["setup"], "<setup cell>", "exec"), namespace)
+    except BaseException as error:
+        result["error"] = _describe_error(error, sources)
+        write()
+        return 0
+    before = set(namespace)
+    result["phase"] = "exercise"
+    write()
+    try:
+        exec(compile(req["code"], f"<exercise {req['label']}>", "exec"), namespace)
+    except BaseException as error:
+        result["error"] = _describe_error(error, sources)
+        write()
+        return 0
+    result["defined"] = sorted(k for k in namespace if k not in before and not k.startswith("_"))[:50]
+    if req["name"] not in namespace:
+        result["phase"] = "missing"
+        write()
+        return 0
+    obj = namespace[req["name"]]
+    result["phase"] = "calls"
+    write()
+    for check_calls in calls[req["label"]]:
+        outcomes = []
+        for fields in check_calls:
+            try:
+                outcome = run_call(obj, SimpleNamespace(**fields), req["kind"])
+            except BaseException as error:  # run_call lets KeyboardInterrupt & co through
+                outcome = {"status": "raised", "error_type": type(error).__name__,
+                           "error_mro": [type(error).__name__], "message": str(error)[:2000], "note": ""}
+            outcomes.append(outcome)
+        result["outcomes"].append(outcomes)
+        write()
+    result["phase"] = "done"
+    write()
+    return 0
+
+
+# ------------------------------------------------------------------ the zygote
+
+
+def _open_read_rules(paths: list) -> list:
+    fds = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        fds.append((fd, os.path.isdir(path)))
+    return fds
+
+
+def _children() -> list:
+    """Our live children (we are a subreaper: orphaned descendants become our children)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _sweep_orphans() -> None:
+    """Kill and reap any descendant that was re-parented to us."""
+    for _ in range(50):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        alive = _children()
+        if not alive:
+            return
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.002)
+
+
+def _serve_one(req: dict, state: dict) -> dict:
+    import torch
+    path = req["calls_path"]
+    if path not in state["calls"]:
+        state["calls"][path] = torch.load(path, weights_only=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(req, state)
+    deadline = start + float(req["timeout"])
+    timed_out = False
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    delay = 0.001
+    status, rusage = None, None
+    while True:
+        wpid, status, rusage = os.wait4(pid, os.WNOHANG)
+        if wpid == pid:
+            break
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            for target in (-pid, pid):
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except OSError:
+                    pass
+            _, status, rusage = os.wait4(pid, 0)
+            break
+        if pidfd is not None:  # wakes up the moment the child exits
+            select.select([pidfd], [], [], remaining)
+        else:
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 1.5, 0.02)
+    if pidfd is not None:
+        os.close(pidfd)
+    elapsed = time.monotonic() - start
+    try:
+        os.killpg(pid, signal.SIGKILL)  # anything the child left in its session
+    except OSError:
+        pass
+    _sweep_orphans()
+    return {"id": req["id"], "timed_out": timed_out, "elapsed": round(elapsed, 4),
+            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "max_rss_kb": getattr(rusage, "ru_maxrss", 0)}
+
+
+def _probe(step) -> bool:
+    """Run ``step`` in a throw-away child; True when it succeeded."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            step()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _probe_sandbox(state: dict, config: dict, warnings: list) -> None:
+    """Check once that this kernel/container lets a child sandbox itself; degrade with a warning."""
+    if not _probe(lambda: _prctl(PR_SET_NO_NEW_PRIVS, 1) == 0 or 1 / 0):
+        warnings.append("PR_SET_NO_NEW_PRIVS is refused here: the sandbox cannot be set up")
+    if os.geteuid() == 0 and not _probe(drop_capabilities):
+        state["drop_caps"] = False
+        warnings.append("running as root and capabilities cannot be dropped: a child could raise its own limits")
+    if state["abi"]:
+        probe_dir = config.get("probe_dir") or config["runtime"]
+
+        def landlock_step():
+            _prctl(PR_SET_NO_NEW_PRIVS, 1)
+            fd = os.open(probe_dir, os.O_PATH | os.O_DIRECTORY)
+            landlock_restrict(state["abi"], state["read_fds"], fd, state["dev_fds"])
+            try:
+                open("/proc/self/status").close()
+            except PermissionError:
+                return
+            raise RuntimeError("Landlock did not confine the probe")
+
+        if not _probe(landlock_step):
+            warnings.append(f"Landlock ABI {state['abi']} is reported but restricting a child failed: children are "
+                            f"NOT confined to their scratch folder")
+            state["abi"] = 0
+
+
+def main() -> int:
+    with open(sys.argv[1]) as f:
+        config = json.load(f)
+    reply_fd = os.dup(1)
+    os.dup2(2, 1)  # anything printed by an import goes to the zygote's log, not the protocol
+    # No PDEATHSIG here: it would fire when the grader *thread* that started us ends.
+    # The zygote ends instead when its stdin closes (the grader exited or closed it).
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    sys.path[:0] = [config["runtime"]]
+    sys.path += config["site_dirs"]
+    os.environ.update({"MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                       "MPLCONFIGDIR": config["mpl_dir"]})
+    import torch
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    import numpy  # noqa: F401
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch.nn.functional  # noqa: F401
+    import math, random, itertools, functools, collections, typing, dataclasses, traceback, types  # noqa: E401,F401
+    import attention_course
+    warnings = []
+    for name in config["runtime_modules"]:
+        try:
+            __import__(f"attention_course.{name}")
+        except Exception as error:  # a module that needs something the runtime lacks
+            warnings.append(f"runtime module attention_course.{name} failed to import: {error}")
+    # Warm up what the first call of each kind would initialise lazily.
+    x = torch.randn(4, 3, requires_grad=True)
+    layer = torch.nn.Linear(3, 2)
+    torch.softmax(layer(x), dim=-1).sum().backward()
+    torch.testing.assert_close(x, x)
+    fig = plt.figure()
+    plt.close(fig)
+    abi = landlock_abi() if config.get("landlock", True) else 0
+    if not abi:
+        warnings.append("Landlock is unavailable on this kernel: children are NOT confined to their scratch "
+                        "folder (file, network and signal isolation off; rlimits and clean environment still on)")
+    state = {"abi": abi, "calls": {}, "read_fds": _open_read_rules(config["read_paths"]),
+             "dev_fds": [fd for fd, _ in _open_read_rules(config["dev_paths"])]}
+    _probe_sandbox(state, config, warnings)
+    del attention_course
+    os.write(reply_fd, (json.dumps({"ready": True, "pid": os.getpid(), "landlock_abi": state["abi"],
+                                    "warnings": warnings, "torch": torch.__version__}) + "\n").encode())
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            return 0
+        try:
+            req = json.loads(line)
+            reply = _serve_one(req, state)
+        except Exception as error:  # a broken request must not kill the zygote
+            reply = {"id": None, "error": f"{type(error).__name__}: {error}"}
+        os.write(reply_fd, (json.dumps(reply) + "\n").encode())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Benchmark the class grader on a synthetic class of 200 submissions of one chapter.
+
+    .venv/bin/python bench/grading.py [--chapter 1] [--size 200] [--jobs 2] [--time-limit 5]
+
+The class mixes correct notebooks (the solution), untouched student notebooks (stubs),
+wrong implementations (every kept mistake whose source can be recovered, pasted into
+the exercise cell) and hostile or broken submissions (infinite loops, memory bombs,
+exits, kills, monkeypatching, malformed notebooks). It prints submissions per minute,
+the ratio to running the solution notebook's exercise cells (and their checks) alone
+in-process, and whether the target of 200 submissions in under 60 s holds.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import inspect
+import json
+import os
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from attention_course.checking import hidden_seed, outcomes_for  # noqa: E402
+from attention_course.grading.grader import discover, run_grading  # noqa: E402
+from attention_course.notebook import _CHECK_RE, _EXERCISE_LABEL_RE, _src, exercise_code, load_cells, setup_code  # noqa: E402
+from attention_course.registry import all_exercises  # noqa: E402
+
+TARGET_SECONDS, TARGET_SIZE = 60.0, 200
+
+
+def _cells_by_label(nb: dict) -> dict:
+    out, current = {}, None
+    for i, cell in enumerate(nb["cells"]):
+        src = _src(cell)
+        if cell["cell_type"] == "markdown" and _EXERCISE_LABEL_RE.findall(src):
+            current = _EXERCISE_LABEL_RE.findall(src)[-1]
+        elif cell["cell_type"] == "code" and current:
+            if _CHECK_RE.search(src):
+                current = None
+            else:
+                out.setdefault(current, i)
+    return out
+
+
+def _with(nb: dict, label: str, code: str) -> dict:
+    nb = copy.deepcopy(nb)
+    nb["cells"][_cells_by_label(nb)[label]]["source"] = code
+    return nb
+
+
+def _mistake_sources(chapter: int) -> list:
+    """(label, source) of kept mistakes whose source is a plain module-level function or class."""
+    out = []
+    for ex in all_exercises(chapter):
+        for m in ex.mistakes:
+            impl = m.impl
+            if not (inspect.isfunction(impl) or inspect.isclass(impl)) or impl.__name__ == "<lambda>" \
+                    or "<locals>" in impl.__qualname__:
+                continue
+            try:
+                src = textwrap.dedent(inspect.getsource(impl))
+            except (OSError, TypeError):
+                continue
+            out.append((ex.label, f"{src}\n{ex.name} = {impl.__name__}\n"))
+    return out
+
+
+HOSTILE = [
+    ("loop", "while True:\n    pass\n"),
+    ("membomb", "blocks = []\nwhile True:\n    blocks.append(bytearray(50_000_000))\n"),
+    ("sysexit", "import sys\nsys.exit(0)\n"),
+    ("osexit", "import os\nos._exit(3)\n"),
+    ("killself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
+    ("killparent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"),
+    ("readrepo", f"print(open({str(ROOT / 'attention_course/registry.py')!r}).read())\n"),
+    ("network", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n"),
+    ("printscore", "print('Score: 100/100')\n"),
+    ("importfail", "import not_a_module\n"),
+    ("monkeypatch", "import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"),
+]
+
+
+def build_class(chapter: int, size: int, folder: Path) -> dict:
+    sol_path = next((ROOT / "solutions").glob(f"{chapter:02d}_*.ipynb"))
+    stub_path = next((ROOT / "chapters").glob(f"{chapter:02d}_*.ipynb"))
+    sol, stub = json.loads(sol_path.read_text()), json.loads(stub_path.read_text())
+    labels = list(_cells_by_label(sol))
+    mistakes = _mistake_sources(chapter)
+    kinds = {"correct": 0, "stub": 0, "mistake": 0, "hostile": 0, "malformed": 0}
+    plan = (["correct"] * 50 + ["stub"] * 15 + ["mistake"] * 25 + ["hostile"] * 8 + ["malformed"] * 2)
+    for i in range(size):
+        kind = plan[i % len(plan)]
+        if kind == "mistake" and not mistakes:
+            kind = "correct"
+        name = f"student{i:03d}"
+        if kind == "correct":
+            data = json.dumps(sol)
+        elif kind == "stub":
+            data = json.dumps(stub)
+        elif kind == "mistake":
+            label, src = mistakes[kinds["mistake"] % len(mistakes)]
+            code = _src(sol["cells"][_cells_by_label(sol)[label]]) + "\n\n" + src
+            data = json.dumps(_with(sol, label, code))
+        elif kind == "hostile":
+            what, code = HOSTILE[kinds["hostile"] % len(HOSTILE)]
+            label = labels[kinds["hostile"] % len(labels)]
+            data = json.dumps(_with(sol, label, code))
+        else:
+            data = "{ not json" if kinds["malformed"] % 2 == 0 else json.dumps(dict(sol, nbformat=3))
+        kinds[kind] += 1
+        (folder / f"{name}.ipynb").write_text(data)
+    return kinds
+
+
+def reference_seconds(chapter: int, seed: int) -> tuple:
+    """Running the solution's setup + exercise cells in-process, then also every graded check's calls."""
+    sol_path = next((ROOT / "solutions").glob(f"{chapter:02d}_*.ipynb"))
+    cells = load_cells(sol_path)
+    blocks = exercise_code(cells)
+    exercises = all_exercises(chapter)
+    start = time.perf_counter()
+    namespace = {"__name__": "__main__"}
+    exec(compile(setup_code(cells), "setup", "exec"), namespace)
+    for ex in exercises:
+        exec(compile(blocks[ex.label], ex.label, "exec"), namespace)
+    cells_only = time.perf_counter() - start
+    calls = [(ex, c.make_calls(hidden_seed(seed, i))) for ex in exercises for i, c in enumerate(ex.checks)]
+    start = time.perf_counter()
+    for ex, cs in calls:
+        outcomes_for(namespace[ex.name], cs, ex.kind)
+    return cells_only, cells_only + time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--chapter", type=int, default=1)
+    parser.add_argument("--size", type=int, default=TARGET_SIZE)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--time-limit", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=2024)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="ac-bench-") as tmp:
+        folder = Path(tmp) / "class"
+        folder.mkdir()
+        kinds = build_class(args.chapter, args.size, folder)
+        subs, _ = discover(folder)
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        run = run_grading(subs, args.chapter, seed=args.seed, jobs=args.jobs, time_limit=args.time_limit)
+        seconds = time.perf_counter() - start
+    cells_only, cells_and_calls = reference_seconds(args.chapter, args.seed)
+    per_sub = seconds / len(subs)
+    totals = [r.total for r in run.results]
+    print(f"machine: {os.cpu_count()} cores, load average {load:.1f} before the run "
+          f"(other processes may share the CPU); Landlock ABI {run.landlock_abi}")
+    print(f"class: {len(subs)} submissions of chapter {args.chapter:02d}: " + ", ".join(f"{v} {k}" for k, v in kinds.items()))
+    print(f"graded in {seconds:.1f} s with {args.jobs} workers, time limit {args.time_limit:g} s "
+          f"(includes starting the zygotes and waiting out the infinite loops)")
+    print(f"throughput: {len(subs) / seconds * 60:.0f} submissions per minute ({per_sub * 1000:.0f} ms per submission)")
+    print(f"reference: the solution's setup + exercise cells alone in-process {cells_only * 1000:.1f} ms; "
+          f"with every graded check's calls {cells_and_calls * 1000:.1f} ms")
+    print(f"ratio: grading one submission costs {per_sub / cells_and_calls:.1f}x running its cells and calls "
+          f"in-process ({per_sub / cells_only:.0f}x the cells alone)")
+    print(f"scores: full marks {sum(t == run.plan.max_total for t in totals)}, zero {sum(t == 0 for t in totals)}, "
+          f"mean {sum(totals) / len(totals):.2f} / {run.plan.max_total:g}; zygote restarts {run.restarts}")
+    scaled = seconds * TARGET_SIZE / len(subs)
+    ok = scaled < TARGET_SECONDS
+    print(f"target: {TARGET_SIZE} submissions in < {TARGET_SECONDS:.0f} s on 2 cores: "
+          f"{'HOLDS' if ok else 'MISSED'} ({scaled:.1f} s for {TARGET_SIZE})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,465 @@
+"""The class grader: correct/stub notebooks, reports, and hostile or broken submissions.
+
+One sandbox (two zygotes) is shared by the whole module; one hostile class of
+chapter 1 is graded once (time limit 2 s) and each test checks one submission of it.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attention_course.grading.grader import Submission, discover, run_grading
+from attention_course.grading.reports import write_class_reports
+from attention_course.grading.sandbox import InvalidOutcome, Sandbox, load_outcome
+from attention_course.grading.zygote_main import CHILD_ENV_KEYS, landlock_abi
+from attention_course.notebook import _CHECK_RE, _EXERCISE_LABEL_RE, _src
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION_1 = next((ROOT / "solutions").glob("01_*.ipynb"))
+TIME_LIMIT = 2.0
+MEMORY_MB = 300
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the grader's sandbox needs Linux")
+
+
+# ------------------------------------------------------------------ notebook surgery
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _exercise_cells(nb: dict) -> dict:
+    """label -> index of its (first) exercise code cell."""
+    out, current = {}, None
+    for i, cell in enumerate(nb["cells"]):
+        src = _src(cell)
+        if cell["cell_type"] == "markdown" and _EXERCISE_LABEL_RE.findall(src):
+            current = _EXERCISE_LABEL_RE.findall(src)[-1]
+        elif cell["cell_type"] == "code" and current:
+            if _CHECK_RE.search(src):
+                current = None
+            else:
+                out.setdefault(current, i)
+    return out
+
+
+def with_code(nb: dict, label: str, code: str) -> dict:
+    nb = copy.deepcopy(nb)
+    nb["cells"][_exercise_cells(nb)[label]]["source"] = code
+    return nb
+
+
+def solution_code(nb: dict, label: str) -> str:
+    return _src(nb["cells"][_exercise_cells(nb)[label]])
+
+
+def _write(folder: Path, name: str, nb) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(nb if isinstance(nb, str) else json.dumps(nb), encoding="utf-8")
+    return path
+
+
+def _digest(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    with Sandbox(jobs=2, workdir=tmp_path_factory.mktemp("sandbox")) as box:
+        yield box
+
+
+POOL_OK = "def attention_pool(weights, values):\n    return weights @ values\n"
+
+
+def _hostile_class(folder: Path, out_dir: Path, outside: Path) -> None:
+    sol = _load(SOLUTION_1)
+    ex1 = solution_code(sol, "ch01_ex1")
+    _write(folder, "aa_correct.ipynb", sol)
+    _write(folder, "stub.ipynb", _load(next((ROOT / "chapters").glob("01_*.ipynb"))))
+    hostile = {
+        "loop": ("ch01_ex2", "while True:\n    pass\n"),
+        "membomb": ("ch01_ex3", "blocks = []\nwhile True:\n    blocks.append(bytearray(50_000_000))\n"),
+        "sysexit": ("ch01_ex1", "import sys\nsys.exit(0)\n" + ex1),
+        "osexit": ("ch01_ex4", "import os\nos._exit(3)\n"),
+        "killself": ("ch01_ex1", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
+        "killparent": ("ch01_ex1", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + ex1),
+        "killgroup": ("ch01_ex2", "import os, signal\nos.killpg(os.getpgid(os.getppid()), signal.SIGKILL)\n"),
+        "monkeypatch": ("ch01_ex1", "import builtins, torch, torch.testing\nimport attention_course\n"
+                        "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
+                        "torch.testing.assert_close = lambda *a, **k: None\n"
+                        "torch.Tensor.__eq__ = lambda self, other: torch.ones((), dtype=torch.bool)\n"
+                        "attention_course.check = lambda *a, **k: print('8/8 all passed')\n"
+                        "builtins.print = lambda *a, **k: None\n"
+                        "def attention_pool(weights, values):\n    return torch.zeros(1)\n"),
+        "alwayseq": ("ch01_ex1", "class Liar:\n    def __eq__(self, other):\n        return True\n"
+                     "def attention_pool(weights, values):\n    return Liar()\n"),
+        "subclass": ("ch01_ex1", "import torch\nclass Mine(torch.Tensor):\n    pass\n"
+                     "def attention_pool(weights, values):\n    return (weights @ values).as_subclass(Mine)\n"),
+        "dtype": ("ch01_ex1", "def attention_pool(weights, values):\n    return (weights @ values).double()\n"),
+        "shape": ("ch01_ex1", "def attention_pool(weights, values):\n    return (weights @ values).unsqueeze(0)\n"),
+        "readrepo": ("ch01_ex1", f"SRC = open({str(ROOT / 'attention_course/exercises/ch01.py')!r}).read()\n" + ex1),
+        "readpeer": ("ch01_ex1", f"PEER = open({str(folder / 'aa_correct.ipynb')!r}).read()\n" + ex1),
+        "plantresults": ("ch01_ex1", f"open({str(out_dir / 'results.json')!r}, 'w').write('{{\"score\": 100}}')\n"
+                         + ex1),
+        "writeoutside": ("ch01_ex1", f"open({str(outside)!r}, 'w').write('pwned')\n" + ex1),
+        "importhidden": ("ch01_ex1", "from attention_course.exercises import ch01\n"
+                         "attention_pool = ch01.attention_pool\n"),
+        "network": ("ch01_ex1", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n" + ex1),
+        "envdetect": ("ch01_ex1", "import os\nGRADING = any(w in k for k in os.environ for w in "
+                      "('GRAD', 'AUTOGRADER', 'PYTEST', 'CI', 'ATTENTION', 'VIRTUAL_ENV'))\n"
+                      + ex1 + "\n_honest = attention_pool\n"
+                      "def attention_pool(weights, values):\n"
+                      "    return _honest(weights, values) if not GRADING else weights.sum() * 0\n"),
+        "envlist": ("ch01_ex1", "import os\nraise RuntimeError('ENV=' + ','.join(sorted(os.environ)))\n"),
+        "printscore": ("ch01_ex1", "print('Score: 8/8')\nprint('{\"score\": 8, \"max_score\": 8}')\n"
+                       "def attention_pool(weights, values):\n    print('✓ all checks passed, 2/2 points')\n"
+                       "    return weights\n"),
+        "importfail": ("ch01_ex1", "import numpy_but_misspelled\n" + ex1),
+        "renamed": ("ch01_ex3", solution_code(sol, "ch01_ex3").replace("def hard_lookup(", "def hard_lookup_v2(")),
+    }
+    for student, (label, code) in hostile.items():
+        _write(folder, f"{student}.ipynb", with_code(sol, label, code))
+    # malformed notebooks
+    _write(folder, "badjson.ipynb", "{ this is not json")
+    v3 = copy.deepcopy(sol)
+    v3["nbformat"] = 3
+    _write(folder, "nbformat3.ipynb", v3)
+    missing = copy.deepcopy(sol)
+    idx = _exercise_cells(missing)["ch01_ex2"]
+    del missing["cells"][idx - 2: idx + 1]  # directive, solution-start and the code cell of ch01_ex2
+    _write(folder, "missingcells.ipynb", missing)
+    moved = copy.deepcopy(sol)
+    idx = _exercise_cells(moved)["ch01_ex4"]
+    moved["cells"].append(moved["cells"].pop(idx))  # the exercise cell moved to the very end
+    _write(folder, "reordered.ipynb", moved)
+    notag = copy.deepcopy(sol)
+    for cell in notag["cells"]:
+        cell.get("metadata", {}).pop("tags", None)
+    _write(folder, "notag.ipynb", notag)
+    # a folder per student, and a folder with two notebooks
+    _write(folder, "folderstudent/my_work.ipynb", sol)
+    _write(folder, "twonotebooks/a.ipynb", sol)
+    _write(folder, "twonotebooks/b.ipynb", sol)
+    # planted files in the submissions folder change nothing
+    _write(folder, "results.json", json.dumps({"score": 100, "tests": []}))
+    _write(folder, "grades.csv", "student,total\nstub,100\n")
+
+
+@pytest.fixture(scope="module")
+def hostile(sandbox, tmp_path_factory):
+    base = tmp_path_factory.mktemp("hostile")
+    folder, out_dir, outside = base / "class", base / "out", base / "outside.txt"
+    out_dir.mkdir()
+    _hostile_class(folder, out_dir, outside)
+    before = _digest(folder)
+    subs, ignored = discover(folder)
+    run = run_grading(subs, 1, seed=1234, time_limit=TIME_LIMIT, memory_mb=MEMORY_MB, sandbox=sandbox)
+    write_class_reports(run.results, run.plan, out_dir, run.log)
+    by = {r.student: r for r in run.results}
+    return {"run": run, "by": by, "before": before, "after": _digest(folder), "folder": folder,
+            "out": out_dir, "outside": outside, "ignored": ignored}
+
+
+def ex(result, label):
+    return next(e for e in result.exercises if e.label == label)
+
+
+def assert_others_full(result, bad_label):
+    for e in result.exercises:
+        if e.label != bad_label:
+            assert e.points == e.max_points, (result.student, e.label, e.reason, [c.reason for c in e.checks])
+
+
+# ------------------------------------------------------------------ correct, stub, reports
+
+
+def test_correct_solution_full_marks_and_stub_zero_in_hostile_class(hostile):
+    by = hostile["by"]
+    assert by["aa_correct"].total == by["aa_correct"].max_total == 8
+    assert by["folderstudent"].total == 8
+    assert by["stub"].total == 0
+    assert all("not implemented" in e.reason for e in by["stub"].exercises)
+
+
+@pytest.mark.parametrize("chapter", [1, 2, 3, 4, 5])
+def test_every_chapter_solution_full_marks_student_notebook_zero(sandbox, tmp_path, chapter):
+    subs = [Submission("solution", next((ROOT / "solutions").glob(f"{chapter:02d}_*.ipynb"))),
+            Submission("student", next((ROOT / "chapters").glob(f"{chapter:02d}_*.ipynb")))]
+    run = run_grading(subs, chapter, seed=chapter * 7, time_limit=20, sandbox=sandbox)
+    solution, student = run.results
+    assert solution.total == solution.max_total > 0, [(e.label, e.reason, [c.reason for c in e.checks if not c.passed])
+                                                      for e in solution.exercises]
+    assert student.total == 0
+
+
+def test_reports_have_the_right_columns(hostile):
+    out, run = hostile["out"], hostile["run"]
+    rows = list(csv.DictReader((out / "grades.csv").open()))
+    labels = [p.label for p in run.plan.exercises]
+    assert list(rows[0].keys()) == ["student"] + labels + ["total", "max_total", "notes"]
+    students = [r["student"] for r in rows]
+    assert students == sorted(students, key=lambda s: (s.lower(), s))
+    assert len(rows) == len(run.results)
+    assert {p.stem for p in (out / "feedback").glob("*.md")} == set(students)
+    summary = (out / "summary.md").read_text()
+    assert all(label in summary for label in labels) and "histogram.png" in summary
+    assert (out / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    log = (out / "grading.log").read_text()
+    assert "seed: 1234" in log and "Landlock" in log
+    feedback = (out / "feedback" / "loop.md").read_text()
+    assert "timed out" in feedback and "✓" in feedback
+
+
+def test_submissions_are_never_modified(hostile):
+    assert hostile["before"] == hostile["after"]
+
+
+def test_planted_files_change_nothing(hostile):
+    assert "results.json" in hostile["ignored"] and "grades.csv" in hostile["ignored"]
+    assert hostile["by"]["stub"].total == 0
+    assert not (hostile["out"] / "results.json").exists()  # the child could not plant one either
+    assert hostile["by"]["plantresults"].exercises[0].points == 0
+    assert "PermissionError" in ex(hostile["by"]["plantresults"], "ch01_ex1").reason
+
+
+# ------------------------------------------------------------------ hostile, one test each
+
+
+def test_infinite_loop_times_out_the_others_score(hostile):
+    r = hostile["by"]["loop"]
+    assert ex(r, "ch01_ex2").points == 0 and "timed out after 2 s" in ex(r, "ch01_ex2").reason
+    assert_others_full(r, "ch01_ex2")
+
+
+def test_memory_bomb(hostile):
+    r = hostile["by"]["membomb"]
+    assert ex(r, "ch01_ex3").points == 0 and "out of memory" in ex(r, "ch01_ex3").reason
+    assert_others_full(r, "ch01_ex3")
+
+
+def test_sys_exit_and_os_exit(hostile):
+    r = hostile["by"]["sysexit"]
+    assert "sys.exit()" in ex(r, "ch01_ex1").reason and ex(r, "ch01_ex1").points == 0
+    assert_others_full(r, "ch01_ex1")
+    r = hostile["by"]["osexit"]
+    assert "exit code 3" in ex(r, "ch01_ex4").reason and ex(r, "ch01_ex4").points == 0
+    assert_others_full(r, "ch01_ex4")
+
+
+def test_killing_its_own_process(hostile):
+    r = hostile["by"]["killself"]
+    assert "SIGKILL" in ex(r, "ch01_ex1").reason and ex(r, "ch01_ex1").points == 0
+    assert_others_full(r, "ch01_ex1")
+
+
+@pytest.mark.skipif(landlock_abi() < 6, reason="signal scoping needs Landlock ABI 6")
+def test_killing_its_parent_or_process_group_is_refused(hostile):
+    r = hostile["by"]["killparent"]
+    assert ex(r, "ch01_ex1").points == 0 and "PermissionError" in ex(r, "ch01_ex1").reason
+    assert_others_full(r, "ch01_ex1")
+    r = hostile["by"]["killgroup"]
+    assert ex(r, "ch01_ex2").points == 0
+    assert_others_full(r, "ch01_ex2")
+    assert hostile["run"].restarts == 0
+
+
+def test_zygote_killed_without_landlock_is_restarted(tmp_path):
+    """Without Landlock a child can kill its zygote: that exercise scores 0, the class goes on."""
+    sol = _load(SOLUTION_1)
+    ex1 = solution_code(sol, "ch01_ex1")
+    _write(tmp_path / "c", "a_killer.ipynb",
+           with_code(sol, "ch01_ex1", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n" + ex1))
+    _write(tmp_path / "c", "b_good.ipynb", sol)
+    subs, _ = discover(tmp_path / "c")
+    with Sandbox(jobs=1, landlock=False, workdir=tmp_path / "box") as box:
+        run = run_grading(subs, 1, seed=3, time_limit=TIME_LIMIT, memory_mb=MEMORY_MB, sandbox=box)
+        assert box.landlock_abi == 0 and any("Landlock is unavailable" in w for w in box.warnings)
+    killer, good = run.results
+    assert ex(killer, "ch01_ex1").points == 0 and "was killed" in ex(killer, "ch01_ex1").reason
+    assert_others_full(killer, "ch01_ex1")
+    assert good.total == 8 and run.restarts >= 1
+
+
+def test_monkeypatching_torch_builtins_and_check_gains_nothing(hostile):
+    r = hostile["by"]["monkeypatch"]
+    assert ex(r, "ch01_ex1").points == 0
+    assert_others_full(r, "ch01_ex1")
+
+
+def test_always_equal_object_and_tensor_subclass(hostile):
+    for student, word in (("alwayseq", "Liar"), ("subclass", "tensor subclass")):
+        e = ex(hostile["by"][student], "ch01_ex1")
+        assert e.points == 0 and any(word in c.reason for c in e.checks), [c.reason for c in e.checks]
+        assert_others_full(hostile["by"][student], "ch01_ex1")
+
+
+def test_wrong_dtype_and_shape(hostile):
+    e = ex(hostile["by"]["dtype"], "ch01_ex1")
+    assert e.points == 0 and any("dtype torch.float64" in c.reason for c in e.checks)
+    e = ex(hostile["by"]["shape"], "ch01_ex1")
+    assert e.points < e.max_points and any("shape" in c.reason for c in e.checks)
+
+
+def test_calling_the_course_reference_earns_no_credit(sandbox, tmp_path):
+    sol = _load(next((ROOT / "solutions").glob("03_*.ipynb")))
+    nb = with_code(sol, "ch03_ex1", "masked_softmax = attn.masked_softmax\n")
+    nb = with_code(nb, "ch03_ex2", "def scaled_dot_product_attention(queries, keys, values, valid_lens=None):\n"
+                   "    return attn.scaled_dot_product_attention(queries, keys, values, valid_lens)\n")
+    nb = with_code(nb, "ch03_ex3", "from attention_course.functional import AdditiveAttention\n")
+    _write(tmp_path, "cheater.ipynb", nb)
+    run = run_grading([Submission("cheater", tmp_path / "cheater.ipynb")], 3, seed=11, sandbox=sandbox)
+    r = run.results[0]
+    for label in ("ch03_ex1", "ch03_ex2", "ch03_ex3"):
+        e = ex(r, label)
+        assert e.points == 0, (label, e.reason)
+        assert any("course's answer to " + label in (c.reason + e.reason) for c in e.checks), \
+            (label, e.reason, [c.reason for c in e.checks])
+    assert ex(r, "ch03_ex4").points == ex(r, "ch03_ex4").max_points  # the rest is graded normally
+
+
+def test_importing_the_hidden_checks_fails(hostile):
+    e = ex(hostile["by"]["importhidden"], "ch01_ex1")
+    assert e.points == 0 and "ModuleNotFoundError" in e.reason
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="file isolation needs Landlock")
+def test_files_outside_the_scratch_folder_are_out_of_reach(hostile):
+    for student in ("readrepo", "readpeer", "writeoutside"):
+        e = ex(hostile["by"][student], "ch01_ex1")
+        assert e.points == 0 and "PermissionError" in e.reason, (student, e.reason)
+        assert_others_full(hostile["by"][student], "ch01_ex1")
+    assert not hostile["outside"].exists()
+
+
+@pytest.mark.skipif(landlock_abi() < 4, reason="network isolation needs Landlock ABI 4")
+def test_no_tcp_connections(hostile):
+    e = ex(hostile["by"]["network"], "ch01_ex1")
+    assert e.points == 0 and "PermissionError" in e.reason, e.reason
+
+
+def test_grading_mode_cannot_be_detected_from_the_environment(hostile):
+    assert hostile["by"]["envdetect"].total == 8, [(e.label, e.reason) for e in hostile["by"]["envdetect"].exercises]  # it behaved as in the notebook: nothing gave grading away
+    reason = ex(hostile["by"]["envlist"], "ch01_ex1").reason
+    listed = reason.split("ENV=")[1].split(" ")[0].rstrip(")").split(",")
+    assert sorted(listed) == sorted(CHILD_ENV_KEYS)
+
+
+def test_printing_a_score_changes_nothing(hostile):
+    r = hostile["by"]["printscore"]
+    assert ex(r, "ch01_ex1").points == 0
+    assert_others_full(r, "ch01_ex1")
+
+
+def test_malformed_notebooks(hostile):
+    by = hostile["by"]
+    assert by["badjson"].total == 0 and "not a readable notebook" in by["badjson"].problem
+    assert by["nbformat3"].total == 0 and "nbformat" in by["nbformat3"].problem
+    assert by["twonotebooks"].total == 0 and "2 notebooks" in by["twonotebooks"].problem
+    e = ex(by["missingcells"], "ch01_ex2")
+    assert e.points == 0 and "no cells for ch01_ex2" in e.reason
+    assert_others_full(by["missingcells"], "ch01_ex2")
+    e = ex(by["renamed"], "ch01_ex3")
+    assert e.points == 0 and "define no `hard_lookup`" in e.reason and "hard_lookup_v2" in e.reason
+    e = ex(by["importfail"], "ch01_ex1")
+    assert e.points == 0 and "ModuleNotFoundError" in e.reason and "line 1" in e.reason
+    # cells moved out of their block are still found (with a note); a lost setup tag falls back
+    assert by["reordered"].total == 8 and ex(by["reordered"], "ch01_ex4").notes
+    assert by["notag"].total == 8 and by["notag"].notes
+    rows = {r["student"]: r for r in csv.DictReader((hostile["out"] / "grades.csv").open())}
+    assert "not a readable notebook" in rows["badjson"]["notes"]
+    assert "timed out" in rows["loop"]["notes"] and rows["loop"]["ch01_ex2"] == "0"
+
+
+class _SubTensor(__import__("torch").Tensor):
+    pass
+
+
+def test_forged_outcome_files_are_rejected(tmp_path):
+    import io
+    import pickle
+
+    import torch
+    marker = tmp_path / "marker"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    with pytest.raises(InvalidOutcome):
+        load_outcome(pickle.dumps({"phase": "done", "outcomes": [[Evil()]]}, protocol=2))
+    assert not marker.exists()
+
+    def saved(obj):
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        return buffer.getvalue()
+
+    base = {"phase": "done", "error": None, "defined": [], "outcomes": [[{"status": "ok", "value": torch.ones(2)}]]}
+    assert load_outcome(saved(base))["phase"] == "done"
+    for bad in ({**base, "phase": "???"},
+                {**base, "outcomes": [[{"status": "ok", "value": {"__seq__": 3}}]]},
+                {**base, "outcomes": [[{"status": "ok", "value": torch.ones(2).as_subclass(_SubTensor)}]]},
+                {**base, "outcomes": [[{"status": "ok", "value": torch.zeros(5_000_000)}]]},
+                {**base, "outcomes": [[{"status": "raised"}]]}):
+        with pytest.raises(InvalidOutcome):
+            load_outcome(saved(bad))
+
+
+# ------------------------------------------------------------------ extra checks, CLI
+
+
+def test_extra_checks_add_a_private_check_and_an_exercise(sandbox, tmp_path):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "private.py").write_text(
+        "import torch\n"
+        "from attention_course.grading.extra import add_check, add_exercise\n"
+        "from attention_course.registry import Call, Check, Exercise\n"
+        "def _calls(seed):\n"
+        "    g = torch.Generator().manual_seed(seed)\n"
+        "    return [Call(args=(torch.softmax(torch.randn(2, 40, generator=g), -1), torch.randn(40, 3, generator=g)))]\n"
+        "add_check('ch01_ex1', Check('forty keys (private)', _calls, public=False, hint='weighted sum'))\n"
+        "add_exercise(Exercise(label='ch01_ex9', title='private', name='attention_pool',\n"
+        "    reference=lambda w, v: w @ v, points=1, checks=[Check('private', _calls, hint='h')]),\n"
+        "    cells_from='ch01_ex1')\n")
+    from attention_course.registry import get_exercise
+    n_checks = len(get_exercise("ch01_ex1").checks)
+    subs = [Submission("solution", SOLUTION_1)]
+    run = run_grading(subs, 1, seed=5, extra_checks=extra, sandbox=sandbox)
+    r = run.results[0]
+    assert [e.label for e in r.exercises][-1] == "ch01_ex9" and r.total == r.max_total == 9
+    assert "forty keys (private)" in [c.check for c in ex(r, "ch01_ex1").checks]
+    assert len(get_exercise("ch01_ex1").checks) == n_checks  # the registry itself is untouched
+
+
+def test_cli_grade_class_and_single_notebook(tmp_path):
+    folder = tmp_path / "class"
+    _write(folder, "alice.ipynb", _load(SOLUTION_1))
+    _write(folder, "bob.ipynb", _load(next((ROOT / "chapters").glob("01_*.ipynb"))))
+    cli = [str(Path(sys.executable).with_name("attention-course"))]
+    done = subprocess.run(cli + ["grade", str(folder), "--chapter", "1", "--out", str(tmp_path / "out"),
+                                 "--seed", "9", "--jobs", "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "2/2 submissions" in done.stderr  # the progress bar
+    rows = list(csv.DictReader((tmp_path / "out" / "grades.csv").open()))
+    assert [(r["student"], r["total"]) for r in rows] == [("alice", "8"), ("bob", "0")]
+    done = subprocess.run(cli + ["grade", str(folder / "alice.ipynb"), "--chapter", "1", "--seed", "9", "--jobs", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "8 / 8 points" in done.stdout and "seed 9" in done.stdout

@@ -1,0 +1,53 @@
+"""The Gradescope autograder zip runs offline in a Gradescope-like folder and writes results.json."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the grader's sandbox needs Linux")
+
+
+def test_gradescope_zip_runs_offline(tmp_path):
+    cli = str(Path(sys.executable).with_name("attention-course"))
+    zip_path = tmp_path / "autograder.zip"
+    done = subprocess.run([cli, "gradescope", "--chapter", "1", "--out", str(zip_path), "--seed", "4",
+                           "--time-limit", "5", "--jobs", "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(zip_path) as zf:
+        names = zf.namelist()
+        setup = zf.read("setup.sh").decode()
+        requirements = zf.read("requirements.txt").decode()
+    assert {"setup.sh", "run_autograder", "requirements.txt", "autograder.json",
+            "attention_course/exercises/ch01.py", "attention_course/grading/zygote_main.py"} <= set(names)
+    assert "torch==2.13.0\n" in requirements and "requirements.txt" in setup
+    # Gradescope's layout: /autograder/{source,submission,results}
+    gs = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(gs / "source")
+    for name in ("run_autograder", "setup.sh"):
+        path = gs / "source" / name
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    (gs / "submission").mkdir()
+    (gs / "submission" / "01_queries_keys_values.ipynb").write_text(
+        next((ROOT / "solutions").glob("01_*.ipynb")).read_text())
+    env = dict(os.environ, AUTOGRADER_ROOT=str(gs), AUTOGRADER_PYTHON=sys.executable)
+    done = subprocess.run([str(gs / "source" / "run_autograder")], capture_output=True, text=True,
+                          timeout=180, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((gs / "results" / "results.json").read_text())
+    assert results["score"] == results["max_score"] == 8
+    assert len(results["tests"]) == 4
+    for test in results["tests"]:
+        assert set(test) >= {"name", "score", "max_score", "status", "output", "visibility"}
+        assert test["status"] == "passed" and test["score"] == test["max_score"]
+    # it graded with the unpacked copy of the package, not the editable install
+    assert "seed: 4" in done.stdout and str(gs / "source" / "attention_course") in done.stdout
