@@ -1,0 +1,582 @@
+"""Chapter 7: a translation task the course generates itself, and a GRU encoder-decoder
+with (or without) additive attention that learns it on a CPU in well under a minute.
+
+The task
+--------
+*Dates written by people* -> *ISO 8601 dates*. A source text is a date in one of
+many human formats ("3rd of March, 1998", "Mar 3 98", "03.03.1998", "Tuesday,
+March 3, 1998", ...) or a **date range** made of two such dates inside a short
+phrase ("from 3 Mar 1998 until the fifth of April, 2001"). The target is the ISO
+date ``1998-03-03``, or the ISO 8601 interval ``1998-03-03/2001-04-05`` for a range.
+Single dates are at most about 35 characters long; ranges reach 80. The ranges are
+there on purpose: the information a model must carry from the source to the target
+grows with the length of the source, which is what makes a fixed-length summary of
+the source the bottleneck (the lesson of Bahdanau et al., 2014).
+
+Conventions, so that every source has exactly one correct target:
+
+* years lie in 1950-2029; a two-digit year ``yy`` means 19yy for 50-99 and 20yy for 00-29;
+* all-numeric dates are day first (``03/04/1998`` is the 3rd of April) unless they
+  start with a four-digit year (``1998/4/3``);
+* a range's second date is never before its first.
+
+Everything random comes from a local :class:`random.Random` seeded by the caller, so
+:func:`make_dataset` returns the same splits on every machine and never touches
+Python's or torch's global random state. The splits never share a source text.
+
+Vocabularies
+------------
+Two character vocabularies, :data:`SOURCE_VOCAB` and :data:`TARGET_VOCAB`, each
+starting with the three special tokens ``<pad>`` (index 0), ``<bos>`` (1) and
+``<eos>`` (2).
+
+Models
+------
+* :class:`Encoder` -- embedding + a one-directional ``nn.GRU``; returns every
+  step's state (the *annotations* attention looks at) and the final state of each
+  sequence (the state at its last valid character, not at the padding).
+* :class:`AttentionDecoder` -- the decoder of Bahdanau et al.: at output step ``i``
+  the **query** is the decoder's *previous* hidden state ``s_{i-1}``; additive
+  attention over the encoder states gives weights and a context ``c_i``; a
+  ``nn.GRUCell`` reads ``[embedding(y_{i-1}); c_i]`` and ``s_{i-1}`` and returns
+  ``s_i``; the logits come from ``[s_i; c_i]``.
+* :class:`PlainDecoder` -- the same decoder with the attention removed: its context
+  is the encoder's final state at every step (the encoder-decoder of Cho et al.,
+  2014). It returns ``None`` as weights.
+* :class:`Seq2Seq` -- encoder + decoder; ``forward`` uses teacher forcing,
+  :meth:`Seq2Seq.greedy` decodes greedily and returns the attention weights.
+
+Training and evaluation: :func:`train_model` (seeded, with a text progress bar,
+a step or a time budget), :func:`exact_match`, :func:`translate`,
+:func:`accuracy_by_length`. The shipped trained weights (made by
+``bench/bahdanau.py``) load with :func:`load_pretrained`.
+"""
+from __future__ import annotations
+
+import datetime
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .functional import masked_softmax
+
+__all__ = ["Vocab", "SOURCE_VOCAB", "TARGET_VOCAB", "format_date", "to_iso", "random_date",
+           "make_example", "make_dataset", "Batches", "encode_split", "Encoder",
+           "AttentionDecoder", "PlainDecoder", "Seq2Seq", "build_model", "train_model",
+           "exact_match", "translate", "accuracy_by_length", "load_pretrained", "PRETRAINED_DIR"]
+
+PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+
+
+# ------------------------------------------------------------------ vocabularies
+
+class Vocab:
+    """A character vocabulary: ``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2, then ``chars``."""
+
+    pad, bos, eos = 0, 1, 2
+
+    def __init__(self, chars: str):
+        self.tokens = [PAD, BOS, EOS] + list(chars)
+        self.index = {token: i for i, token in enumerate(self.tokens)}
+        if len(self.index) != len(self.tokens):
+            raise ValueError("chars must not repeat a character")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def encode(self, text: str, bos: bool = False, eos: bool = False) -> list:
+        """Indices of the characters of ``text`` (ValueError naming an unknown character)."""
+        unknown = sorted({c for c in text if c not in self.index})
+        if unknown:
+            raise ValueError(f"text {text!r} has characters outside the vocabulary: {unknown}")
+        ids = [self.index[c] for c in text]
+        return ([self.bos] if bos else []) + ids + ([self.eos] if eos else [])
+
+    def decode(self, ids) -> str:
+        """Text of the indices up to the first ``<eos>``; ``<pad>`` and ``<bos>`` are skipped."""
+        out = []
+        for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
+            if i == self.eos:
+                break
+            if i > self.eos:
+                out.append(self.tokens[i])
+        return "".join(out)
+
+
+SOURCE_VOCAB = Vocab(" ',-./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+TARGET_VOCAB = Vocab("-/0123456789")
+
+
+# ------------------------------------------------------------------ the date task
+
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December"]
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+_UNITS = ["", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth"]
+_TEENS = {10: "tenth", 11: "eleventh", 12: "twelfth", 13: "thirteenth", 14: "fourteenth",
+          15: "fifteenth", 16: "sixteenth", 17: "seventeenth", 18: "eighteenth", 19: "nineteenth",
+          20: "twentieth", 30: "thirtieth"}
+FIRST_DAY, LAST_DAY = datetime.date(1950, 1, 1), datetime.date(2029, 12, 31)
+
+
+def _ordinal_word(n: int) -> str:
+    if n in _TEENS:
+        return _TEENS[n]
+    if n < 10:
+        return _UNITS[n]
+    return ("twenty-" if n < 30 else "thirty-") + _UNITS[n % 10]
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 11 <= n % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+# Each format turns a date into text. Numeric formats are day first (see the module docstring).
+_FORMATS = [
+    lambda d: f"{d.day} {MONTHS[d.month - 1]} {d.year}",
+    lambda d: f"{_ordinal(d.day)} of {MONTHS[d.month - 1]}, {d.year}",
+    lambda d: f"the {_ordinal_word(d.day)} of {MONTHS[d.month - 1]}, {d.year}",
+    lambda d: f"{MONTHS[d.month - 1]} {d.day}, {d.year}",
+    lambda d: f"{MONTHS[d.month - 1]} {_ordinal(d.day)}, {d.year}",
+    lambda d: f"{MONTHS[d.month - 1][:3]} {d.day} {d.year % 100:02d}",
+    lambda d: f"{d.day} {MONTHS[d.month - 1][:3]} {d.year}",
+    lambda d: f"{d.day:02d}-{MONTHS[d.month - 1][:3]}-{d.year}",
+    lambda d: f"{d.day:02d}/{d.month:02d}/{d.year}",
+    lambda d: f"{d.day}.{d.month}.{d.year}",
+    lambda d: f"{d.day:02d}/{d.month:02d}/{d.year % 100:02d}",
+    lambda d: f"{d.year}/{d.month}/{d.day}",
+    lambda d: f"{WEEKDAYS[d.weekday()]}, {MONTHS[d.month - 1]} {d.day}, {d.year}",
+    lambda d: f"{WEEKDAYS[d.weekday()][:3]} {d.day} {MONTHS[d.month - 1][:3]} {d.year}",
+]
+
+_RANGES = ["from {a} to {b}", "{a} - {b}", "between {a} and {b}", "{a} until {b}",
+           "{a} through {b}", "starting {a}, ending {b}", "from {a} up to and including {b}"]
+
+
+def format_date(date: datetime.date, style: int, case: str = "as is") -> str:
+    """``date`` written in format number ``style`` (0-13), then ``case`` ("as is", "lower", "upper")."""
+    text = _FORMATS[style](date)
+    return {"as is": text, "lower": text.lower(), "upper": text.upper()}[case]
+
+
+def to_iso(date: datetime.date) -> str:
+    return date.isoformat()
+
+
+def random_date(rng: random.Random) -> datetime.date:
+    """A day drawn uniformly from 1950-01-01 to 2029-12-31."""
+    return FIRST_DAY + datetime.timedelta(days=rng.randrange((LAST_DAY - FIRST_DAY).days + 1))
+
+
+def _random_text(rng: random.Random, date: datetime.date) -> str:
+    case = rng.choices(["as is", "lower", "upper"], weights=[6, 2, 1])[0]
+    return format_date(date, rng.randrange(len(_FORMATS)), case)
+
+
+def make_example(rng: random.Random, p_range: float = 0.5) -> tuple:
+    """One ``(source, target)`` pair: a single date, or with probability ``p_range`` a range."""
+    first = random_date(rng)
+    if rng.random() >= p_range:
+        return _random_text(rng, first), to_iso(first)
+    second = random_date(rng)
+    first, second = min(first, second), max(first, second)
+    phrase = rng.choice(_RANGES).format(a=_random_text(rng, first), b=_random_text(rng, second))
+    return phrase, f"{to_iso(first)}/{to_iso(second)}"
+
+
+def make_dataset(num_train: int = 40000, num_val: int = 1000, num_test: int = 2000,
+                 p_range: float = 0.5, seed: int = 0) -> dict:
+    """Seeded splits ``{"train", "val", "test"}``, each a list of ``(source, target)`` pairs.
+
+    No source text appears twice, within a split or across splits, so the validation
+    and test sets are truly held out.
+    """
+    for name, value in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if not 0.0 <= p_range <= 1.0:
+        raise ValueError(f"p_range must lie in [0, 1], got {p_range!r}")
+    rng = random.Random(seed)
+    seen: set = set()
+    splits = {}
+    # Draw the held-out splits first, so that they do not change when num_train does.
+    for name, size in (("test", num_test), ("val", num_val), ("train", num_train)):
+        pairs = []
+        while len(pairs) < size:
+            source, target = make_example(rng, p_range)
+            if source not in seen:
+                seen.add(source)
+                pairs.append((source, target))
+        splits[name] = pairs
+    return {name: splits[name] for name in ("train", "val", "test")}
+
+
+# ------------------------------------------------------------------ tensors and batches
+
+@dataclass
+class Batches:
+    """A split as padded index tensors.
+
+    ``src`` ``(n, max_src)`` and ``src_lens`` ``(n,)``; ``tgt_in`` = ``<bos>`` + target and
+    ``tgt_out`` = target + ``<eos>``, both ``(n, max_tgt + 1)`` padded with ``<pad>``;
+    ``pairs`` keeps the texts.
+    """
+
+    src: torch.Tensor
+    src_lens: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    pairs: list
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    def batch(self, index: torch.Tensor) -> tuple:
+        """The examples at ``index``, trimmed to the longest source and target among them."""
+        src_lens = self.src_lens[index]
+        tgt = self.tgt_out[index]
+        tgt_len = int((tgt != Vocab.pad).sum(dim=1).max())
+        return (self.src[index, : int(src_lens.max())], src_lens,
+                self.tgt_in[index, :tgt_len], tgt[:, :tgt_len])
+
+
+def _pad(rows: list) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), Vocab.pad, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def encode_split(pairs: list, src_vocab: Vocab = SOURCE_VOCAB,
+                 tgt_vocab: Vocab = TARGET_VOCAB) -> Batches:
+    src = [src_vocab.encode(s) for s, _ in pairs]
+    tgt_in = [tgt_vocab.encode(t, bos=True) for _, t in pairs]
+    tgt_out = [tgt_vocab.encode(t, eos=True) for _, t in pairs]
+    return Batches(_pad(src), torch.tensor([len(s) for s in src]), _pad(tgt_in), _pad(tgt_out),
+                   list(pairs))
+
+
+# ------------------------------------------------------------------ the models
+
+class Encoder(nn.Module):
+    """Embedding + one-directional GRU over the source characters.
+
+    ``forward(src (batch, T) long, src_lens (batch,))`` returns ``outputs``
+    ``(batch, T, num_hiddens)`` -- the state after each character, the annotations
+    attention looks at (those past a sequence's length are padding and get masked) --
+    and ``final`` ``(batch, num_hiddens)``, each sequence's state after its **last
+    valid** character (a GRU keeps running over the padding, so the state at
+    position ``T - 1`` would be wrong for the shorter sequences).
+    """
+
+    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_size, padding_idx=Vocab.pad)
+        self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True)
+
+    def forward(self, src: torch.Tensor, src_lens: torch.Tensor) -> tuple:
+        outputs, _ = self.rnn(self.embedding(src))
+        final = outputs[torch.arange(src.shape[0]), src_lens - 1]
+        return outputs, final
+
+
+class AttentionDecoder(nn.Module):
+    """GRU decoder with additive attention (Bahdanau et al., 2014).
+
+    Parameters: ``embedding`` (vocab_size x embed_size), the additive scorer
+    ``W_q``, ``W_k`` (num_hiddens -> num_hiddens, no bias) and ``w_v``
+    (num_hiddens -> 1, no bias), ``cell = nn.GRUCell(embed_size + num_hiddens,
+    num_hiddens)`` and ``out = nn.Linear(2 * num_hiddens, vocab_size)``.
+
+    One step (:meth:`step`) from the previous state ``s_{i-1}`` and the previous
+    output token ``y_{i-1}``:
+
+    1. scores ``e_{ij} = w_v^T tanh(W_q s_{i-1} + W_k h_j)`` over the encoder states
+       ``h_j``, padding masked, softmax over ``j`` -> weights ``a_{ij}``;
+    2. context ``c_i = sum_j a_{ij} h_j``;
+    3. ``s_i = GRUCell([embedding(y_{i-1}); c_i], s_{i-1})``;
+    4. logits ``= out([s_i; c_i])``.
+    """
+
+    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_size)
+        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        self.cell = nn.GRUCell(embed_size + num_hiddens, num_hiddens)
+        self.out = nn.Linear(2 * num_hiddens, vocab_size)
+
+    def attend(self, prev_hidden, enc_outputs, valid_lens, keys=None) -> tuple:
+        """Context ``(batch, num_hiddens)`` and weights ``(batch, T)`` for the query ``prev_hidden``."""
+        if keys is None:
+            keys = self.W_k(enc_outputs)
+        features = torch.tanh(keys + self.W_q(prev_hidden).unsqueeze(1))    # (batch, T, h)
+        scores = self.w_v(features).squeeze(-1)                             # (batch, T)
+        weights = masked_softmax(scores.unsqueeze(1), valid_lens).squeeze(1)
+        context = torch.bmm(weights.unsqueeze(1), enc_outputs).squeeze(1)
+        return context, weights
+
+    def step(self, prev_hidden, tokens, enc_outputs, valid_lens, keys=None) -> tuple:
+        """One output step: returns ``(logits (batch, V), hidden (batch, h), weights (batch, T))``.
+
+        ``prev_hidden`` is ``s_{i-1}`` (for the first step, the initial state),
+        ``tokens`` ``(batch,)`` the previous output tokens (``<bos>`` first).
+        ``keys`` may pass ``W_k(enc_outputs)`` computed once for all steps.
+        """
+        context, weights = self.attend(prev_hidden, enc_outputs, valid_lens, keys)
+        hidden = self.cell(torch.cat([self.embedding(tokens), context], dim=-1), prev_hidden)
+        return self.out(torch.cat([hidden, context], dim=-1)), hidden, weights
+
+    def forward(self, tgt_in, h0, enc_outputs, valid_lens) -> tuple:
+        """Teacher forcing: logits ``(batch, L, V)`` and weights ``(batch, L, T)``."""
+        keys = self.W_k(enc_outputs)   # the same for every output step: compute it once
+        hidden, all_logits, all_weights = h0, [], []
+        for i in range(tgt_in.shape[1]):
+            logits, hidden, weights = self.step(hidden, tgt_in[:, i], enc_outputs, valid_lens, keys)
+            all_logits.append(logits)
+            all_weights.append(weights)
+        return torch.stack(all_logits, 1), torch.stack(all_weights, 1)
+
+
+class PlainDecoder(nn.Module):
+    """The same GRU decoder without attention: its context is the encoder's final state.
+
+    Parameters ``embedding``, ``cell = nn.GRUCell(embed_size + num_hiddens,
+    num_hiddens)`` and ``out = nn.Linear(2 * num_hiddens, vocab_size)``, as in
+    :class:`AttentionDecoder`. Every step sees only the fixed-length summary of the
+    source (the last valid encoder state), as in Cho et al. (2014). Weights are ``None``.
+    """
+
+    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_size)
+        self.cell = nn.GRUCell(embed_size + num_hiddens, num_hiddens)
+        self.out = nn.Linear(2 * num_hiddens, vocab_size)
+
+    def step(self, prev_hidden, tokens, enc_outputs, valid_lens, keys=None) -> tuple:
+        context = enc_outputs[torch.arange(enc_outputs.shape[0]), valid_lens - 1]
+        hidden = self.cell(torch.cat([self.embedding(tokens), context], dim=-1), prev_hidden)
+        return self.out(torch.cat([hidden, context], dim=-1)), hidden, None
+
+    def forward(self, tgt_in, h0, enc_outputs, valid_lens) -> tuple:
+        hidden, all_logits = h0, []
+        for i in range(tgt_in.shape[1]):
+            logits, hidden, _ = self.step(hidden, tgt_in[:, i], enc_outputs, valid_lens)
+            all_logits.append(logits)
+        return torch.stack(all_logits, 1), None
+
+
+class Seq2Seq(nn.Module):
+    """An encoder and a decoder; the decoder starts from the encoder's final state."""
+
+    def __init__(self, encoder: Encoder, decoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def forward(self, src, src_lens, tgt_in) -> tuple:
+        """Teacher forcing: the decoder reads the true previous token at every step."""
+        enc_outputs, final = self.encoder(src, src_lens)
+        return self.decoder(tgt_in, final, enc_outputs, src_lens)
+
+    @torch.no_grad()
+    def greedy(self, src, src_lens, max_len: int) -> tuple:
+        """Greedy decoding: ``tokens (batch, max_len)`` and weights ``(batch, max_len, T)``
+        (``None`` without attention). Each step feeds back the model's own previous
+        prediction, the most likely token. All ``max_len`` steps are run; what follows a
+        sequence's first ``<eos>`` is to be ignored (:meth:`Vocab.decode` stops there).
+        """
+        enc_outputs, hidden = self.encoder(src, src_lens)
+        tokens = torch.full((src.shape[0],), Vocab.bos, dtype=torch.long)
+        out_tokens, out_weights = [], []
+        for _ in range(max_len):
+            logits, hidden, weights = self.decoder.step(hidden, tokens, enc_outputs, src_lens)
+            tokens = logits.argmax(dim=-1)
+            out_tokens.append(tokens)
+            out_weights.append(weights)
+        weights = None if out_weights[0] is None else torch.stack(out_weights, 1)
+        return torch.stack(out_tokens, 1), weights
+
+
+def build_model(attention: bool = True, embed_size: int = 32, num_hiddens: int = 64,
+                src_vocab: Vocab = SOURCE_VOCAB, tgt_vocab: Vocab = TARGET_VOCAB) -> Seq2Seq:
+    """The chapter's model, with :class:`AttentionDecoder` or :class:`PlainDecoder`."""
+    decoder_class = AttentionDecoder if attention else PlainDecoder
+    return Seq2Seq(Encoder(len(src_vocab), embed_size, num_hiddens),
+                   decoder_class(len(tgt_vocab), embed_size, num_hiddens))
+
+
+# ------------------------------------------------------------------ evaluation
+
+def _max_target_len(data: Batches) -> int:
+    return data.tgt_out.shape[1]
+
+
+@torch.no_grad()
+def exact_match(model: Seq2Seq, data: Batches, batch_size: int = 1000,
+                tgt_vocab: Vocab = TARGET_VOCAB) -> torch.Tensor:
+    """Bool ``(n,)``: True where the greedy output equals the target exactly."""
+    was_training = model.training
+    model.eval()
+    correct = []
+    for start in range(0, len(data), batch_size):
+        index = torch.arange(start, min(start + batch_size, len(data)))
+        src, src_lens, _, _ = data.batch(index)
+        tokens, _ = model.greedy(src, src_lens, _max_target_len(data))
+        correct += [tgt_vocab.decode(row) == data.pairs[i][1]
+                    for row, i in zip(tokens, index.tolist())]
+    model.train(was_training)
+    return torch.tensor(correct)
+
+
+@torch.no_grad()
+def translate(model: Seq2Seq, texts: list, max_len: int = 22, src_vocab: Vocab = SOURCE_VOCAB,
+              tgt_vocab: Vocab = TARGET_VOCAB) -> list:
+    """Greedy translations of ``texts``: a list of ``(output text, weights)``, where
+    ``weights`` has shape ``(len(output) + 1, len(text))`` (one row per output
+    character and one for ``<eos>``) or is ``None`` without attention."""
+    model.eval()
+    data = encode_split([(t, "") for t in texts], src_vocab, tgt_vocab)
+    tokens, weights = model.greedy(data.src, data.src_lens, max_len)
+    results = []
+    for i, text in enumerate(texts):
+        output = tgt_vocab.decode(tokens[i])
+        rows = min(len(output) + 1, max_len)
+        results.append((output, None if weights is None else weights[i, :rows, : len(text)]))
+    return results
+
+
+def accuracy_by_length(correct: torch.Tensor, lengths: torch.Tensor, edges: list) -> tuple:
+    """Accuracy in the length bins ``[edges[k], edges[k+1])``: ``(centres, accuracy, counts)``.
+
+    Empty bins get accuracy NaN.
+    """
+    centres, accuracy, counts = [], [], []
+    for low, high in zip(edges[:-1], edges[1:]):
+        inside = (lengths >= low) & (lengths < high)
+        n = int(inside.sum())
+        centres.append((low + high - 1) / 2)
+        counts.append(n)
+        accuracy.append(float(correct[inside].float().mean()) if n else float("nan"))
+    return torch.tensor(centres), torch.tensor(accuracy), torch.tensor(counts)
+
+
+# ------------------------------------------------------------------ training
+
+def _bar(fraction: float, width: int = 24) -> str:
+    filled = int(round(fraction * width))
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def _bucketed_batches(data: Batches, batch_size: int, generator: torch.Generator) -> list:
+    """One epoch of batches of similar source length, in random order.
+
+    Attention costs time in proportion to the padded source length, and a decoder
+    runs as many steps as the longest target of its batch, so batches of similar
+    lengths waste far less work on padding than random ones (here about 2.5 times
+    less). A random permutation before the stable sort mixes examples of equal length.
+    """
+    order = torch.randperm(len(data), generator=generator)
+    order = order[torch.sort(data.src_lens[order], stable=True).indices]
+    batches = [order[i: i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def train_model(model: Seq2Seq, train: Batches, *, val: Optional[Batches] = None,
+                max_steps: Optional[int] = None, max_seconds: Optional[float] = None,
+                batch_size: int = 128, lr: float = 5e-3, clip: float = 1.0,
+                eval_every: int = 100, target: Optional[float] = None,
+                stop_at_target: bool = False, seed: int = 0, progress: str = "bar",
+                file=None) -> list:
+    """Train with teacher forcing, Adam and cross-entropy over the non-padding targets.
+
+    The budget is ``max_steps`` optimiser steps and/or ``max_seconds`` of training
+    time (evaluation time is not counted). Every ``eval_every`` steps (and at the
+    end) the exact-match accuracy on ``val`` is measured. Returns the history, a
+    list of dicts ``{"step", "seconds", "loss", "val_acc"}`` (``val_acc`` is None
+    without ``val``); ``seconds`` is the training time so far.
+
+    Batches are drawn from a local generator seeded with ``seed``. ``progress``:
+    ``"bar"`` rewrites one line with ``\\r`` (for a terminal), ``"lines"`` prints one
+    line per evaluation (stable text for a notebook), ``"none"`` prints nothing.
+    """
+    if max_steps is None and max_seconds is None:
+        raise ValueError("give a budget: max_steps and/or max_seconds")
+    file = file or sys.stdout
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    history, step, seconds, running, seen = [], 0, 0.0, 0.0, 0
+    batches, cursor = [], 0
+
+    def report(done: bool) -> None:
+        val_acc = float(exact_match(model, val).float().mean()) if val is not None else None
+        loss = running / max(seen, 1)
+        history.append({"step": step, "seconds": seconds, "loss": loss, "val_acc": val_acc})
+        if progress == "none":
+            return
+        if max_steps is not None:
+            fraction, budget = step / max_steps, f"step {step:>5d}/{max_steps}"
+        else:
+            fraction, budget = min(seconds / max_seconds, 1.0), f"{seconds:5.1f}/{max_seconds:.0f} s"
+        acc = "" if val_acc is None else f"  val exact match {100 * val_acc:5.1f}%"
+        text = f"{_bar(fraction)} {budget}  loss {loss:.4f}{acc}"
+        if progress == "bar":
+            print("\r" + text, end="\n" if done else "", file=file, flush=True)
+        else:
+            print(text, file=file, flush=True)
+
+    model.train()
+    while True:
+        if (max_steps is not None and step >= max_steps) or \
+                (max_seconds is not None and seconds >= max_seconds):
+            break
+        start = time.perf_counter()
+        if cursor == len(batches):
+            batches, cursor = _bucketed_batches(train, batch_size, generator), 0
+        index = batches[cursor]
+        cursor += 1
+        src, src_lens, tgt_in, tgt_out = train.batch(index)
+        logits, _ = model(src, src_lens, tgt_in)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
+                               ignore_index=Vocab.pad)
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        step += 1
+        seconds += time.perf_counter() - start
+        running += loss.item()
+        seen += 1
+        if step % eval_every == 0:
+            report(done=False)
+            running, seen = 0.0, 0
+            if stop_at_target and target is not None and history[-1]["val_acc"] is not None \
+                    and history[-1]["val_acc"] >= target:
+                break
+    if not history or history[-1]["step"] != step:
+        report(done=True)
+    elif progress == "bar":
+        print(file=file)
+    return history
+
+
+# ------------------------------------------------------------------ shipped weights
+
+def load_pretrained(attention: bool = True) -> Seq2Seq:
+    """The model trained by ``bench/bahdanau.py`` (weights shipped with the course), in eval mode."""
+    name = "ch07_attention.pt" if attention else "ch07_baseline.pt"
+    state = torch.load(PRETRAINED_DIR / name, weights_only=True)
+    config = {k: int(v) for k, v in state.pop("_config").items()}
+    model = build_model(attention=attention, **config)
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    return model.eval()
