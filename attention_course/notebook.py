@@ -11,6 +11,7 @@ chapter's worked examples.
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -67,6 +68,30 @@ def exercise_code(cells: list) -> dict:
             continue
         blocks[current].append(source)
     return {label: "\n\n".join(parts) for label, parts in blocks.items()}
+
+
+def exercise_cell_index(cells: list) -> dict:
+    """Map each exercise label to the index of its first exercise code cell."""
+    out: dict = {}
+    current: Optional[str] = None
+    for index, cell in enumerate(cells):
+        source = _src(cell)
+        if cell.get("cell_type") == "markdown" and _EXERCISE_LABEL_RE.findall(source):
+            current = _EXERCISE_LABEL_RE.findall(source)[-1]
+        elif cell.get("cell_type") == "code" and current:
+            if _CHECK_RE.search(source):
+                current = None
+            else:
+                out.setdefault(current, index)
+    return out
+
+
+def with_exercise_code(nb: dict, label: str, code: str) -> dict:
+    """A copy of notebook ``nb`` (plain JSON dict) whose exercise ``label`` cell holds
+    ``code``: how tests and benchmarks make synthetic submissions."""
+    nb = copy.deepcopy(nb)
+    nb["cells"][exercise_cell_index(nb["cells"])[label]]["source"] = code
+    return nb
 
 
 def load_objects(path: Path, label: str, name: str) -> object:

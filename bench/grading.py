@@ -13,7 +13,6 @@ in-process, and whether the target of 200 submissions in under 60 s holds.
 from __future__ import annotations
 
 import argparse
-import copy
 import inspect
 import json
 import os
@@ -30,30 +29,17 @@ import torch  # noqa: E402
 
 from attention_course.checking import hidden_seed, outcomes_for  # noqa: E402
 from attention_course.grading.grader import discover, run_grading  # noqa: E402
-from attention_course.notebook import _CHECK_RE, _EXERCISE_LABEL_RE, _src, exercise_code, load_cells, setup_code  # noqa: E402
+from attention_course.notebook import _src, exercise_cell_index, exercise_code, load_cells, setup_code, with_exercise_code  # noqa: E402
 from attention_course.registry import all_exercises  # noqa: E402
 
 TARGET_SECONDS, TARGET_SIZE = 60.0, 200
 
 
 def _cells_by_label(nb: dict) -> dict:
-    out, current = {}, None
-    for i, cell in enumerate(nb["cells"]):
-        src = _src(cell)
-        if cell["cell_type"] == "markdown" and _EXERCISE_LABEL_RE.findall(src):
-            current = _EXERCISE_LABEL_RE.findall(src)[-1]
-        elif cell["cell_type"] == "code" and current:
-            if _CHECK_RE.search(src):
-                current = None
-            else:
-                out.setdefault(current, i)
-    return out
+    return exercise_cell_index(nb["cells"])
 
 
-def _with(nb: dict, label: str, code: str) -> dict:
-    nb = copy.deepcopy(nb)
-    nb["cells"][_cells_by_label(nb)[label]]["source"] = code
-    return nb
+_with = with_exercise_code
 
 
 def _mistake_sources(chapter: int) -> list:

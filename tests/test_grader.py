@@ -21,7 +21,7 @@ from attention_course.grading.grader import Submission, discover, run_grading
 from attention_course.grading.reports import write_class_reports
 from attention_course.grading.sandbox import InvalidOutcome, Sandbox, load_outcome
 from attention_course.grading.zygote_main import CHILD_ENV_KEYS, landlock_abi
-from attention_course.notebook import _CHECK_RE, _EXERCISE_LABEL_RE, _src
+from attention_course.notebook import _src, exercise_cell_index, with_exercise_code
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION_1 = next((ROOT / "solutions").glob("01_*.ipynb"))
@@ -40,23 +40,10 @@ def _load(path: Path) -> dict:
 
 def _exercise_cells(nb: dict) -> dict:
     """label -> index of its (first) exercise code cell."""
-    out, current = {}, None
-    for i, cell in enumerate(nb["cells"]):
-        src = _src(cell)
-        if cell["cell_type"] == "markdown" and _EXERCISE_LABEL_RE.findall(src):
-            current = _EXERCISE_LABEL_RE.findall(src)[-1]
-        elif cell["cell_type"] == "code" and current:
-            if _CHECK_RE.search(src):
-                current = None
-            else:
-                out.setdefault(current, i)
-    return out
+    return exercise_cell_index(nb["cells"])
 
 
-def with_code(nb: dict, label: str, code: str) -> dict:
-    nb = copy.deepcopy(nb)
-    nb["cells"][_exercise_cells(nb)[label]]["source"] = code
-    return nb
+with_code = with_exercise_code
 
 
 def solution_code(nb: dict, label: str) -> str:
