@@ -128,3 +128,12 @@ def test_register_rejects_bad_labels_and_duplicates(demo):
         register(Exercise("ch99_ex1", "x", "f", _pool, checks=[Check("c", _calls, hint="h")]))
     with pytest.raises(ValueError, match="registers no check"):
         register(Exercise("ch99_ex2", "x", "f", _pool, checks=[]))
+
+
+def test_passing_the_packages_own_answer_is_refused(capsys):
+    from attention_course import functional
+    check("ch03_ex1", functional.masked_softmax)
+    out = capsys.readouterr().out
+    assert "ch03_ex1 \u00b7 masked_softmax: 0/" in out
+    assert "attention_course.functional.masked_softmax, the course package's own version" in out
+    assert "\u2713" not in out
