@@ -9,6 +9,9 @@ downloads or launches a chapter must get the **student** notebook:
 * the downloadable ``_sources/.../NN_slug.ipynb`` files are replaced by the
   student notebooks when the build finishes.
 
+The solution markers (``# BEGIN SOLUTION``/``# END SOLUTION``) are dropped from the
+code shown on the pages.
+
 Config value ``attention_course_edition`` is ``"full"`` (default) or ``"student"``.
 """
 from __future__ import annotations
@@ -49,6 +52,21 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
         context["script_files"][:] = unique
 
 
+def _hide_solution_markers(app, doctree, docname):
+    # The `# BEGIN SOLUTION` / `# END SOLUTION` lines are for the release generator,
+    # not for readers: the folded solutions on the site show the code without them.
+    from docutils import nodes
+
+    for block in doctree.findall(nodes.literal_block):
+        text = block.astext()
+        if "# BEGIN SOLUTION" not in text and "# END SOLUTION" not in text:
+            continue
+        kept = "\n".join(line for line in text.split("\n")
+                         if not line.strip().startswith(("# BEGIN SOLUTION", "# END SOLUTION")))
+        block.children = [nodes.Text(kept)]
+        block.rawsource = kept  # equal to the text, so Sphinx still highlights it
+
+
 def _ship_student_notebooks(app, exception):
     if exception is not None or app.builder.format != "html":
         return
@@ -69,5 +87,6 @@ def setup(app):
     # After sphinx-book-theme has added its buttons (priority 501).
     app.connect("html-page-context", _retarget_launch_buttons, priority=600)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=600)
+    app.connect("doctree-resolved", _hide_solution_markers)
     app.connect("build-finished", _ship_student_notebooks)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -38,6 +38,8 @@ def test_edition_builds_without_warnings(edition, full_site, student_site):
         assert "<img" in text, f"{page.name} shows no figure"
         assert "Traceback" not in text, f"{page.name} shows a traceback"
         assert ('class="solution' in text) == (edition == "full")
+        # The release generator's markers are not shown to readers.
+        assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text, page.name
 
 
 class _Text(HTMLParser):
