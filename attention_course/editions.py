@@ -38,6 +38,7 @@ def stage_student(root: Path, staging: Path) -> Path:
         if (root / name).exists():
             shutil.copy2(root / name, staging / name)
     shutil.copytree(root / "_static", staging / "_static")
+    shutil.copytree(root / "_extra", staging / "_extra")
     (staging / "chapters").mkdir()
     for notebook in sorted((root / "chapters").glob("[0-9][0-9]_*.ipynb")):
         shutil.copy2(notebook, staging / "chapters" / notebook.name)

@@ -69,6 +69,8 @@ def test_every_page_loads_cleanly(browser, sites, edition):
     base, html_dir = sites[edition]
     pages = _pages(html_dir)
     assert len(pages) >= 8
+    # Browsers ask for /favicon.ico on pages without an icon link (the redirect page).
+    assert _status(base + "favicon.ico") == 200
     problems, checked_links = [], {}
     context = browser.new_context()
     for name in pages:
