@@ -33,19 +33,25 @@ from typing import Optional
 
 import nbformat
 
+from .notebook import _CHECK_RE
+from .registry import LABEL_RE as _LABEL_RE
+
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 SOLUTION_ONLY_TAG = "solution-only"
 _EXERCISE_RE = re.compile(r"^(?:```+|:::+)\{exercise\}.*?$(?P<body>.*?)^\s*:label:\s*(?P<label>\S+)",
                           re.M | re.S)
 _EXERCISE_OPEN_RE = re.compile(r"^(?:```+|:::+)\{exercise\}", re.M)
 _SOLUTION_RE = re.compile(r"^\s*(?:```+|:::+)\{solution(?:-start|-end)?\}", re.M)
-_CHECK_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
 _DEF_RE = re.compile(r"^(?P<indent>\s*)(?:async\s+)?(?P<kind>def|class)\s+(?P<name>\w+)")
-_LABEL_RE = re.compile(r"^ch(\d\d)_ex\d+$")
 
 
 class ReleaseError(ValueError):
     """A solution notebook that cannot be turned into a student notebook."""
+
+
+# A solution line this long that shows up anywhere in a student's material counts as
+# a leak (shorter lines, like `return weights`, are too common to be telling).
+DISTINCTIVE_LENGTH = 25
 
 
 @dataclass
@@ -53,6 +59,11 @@ class Region:
     label: str
     cell_index: int  # 1-based, in the solution notebook
     code: str        # the solution lines, joined
+
+    def distinctive_lines(self) -> list:
+        """The region's stripped code lines long enough to identify the solution."""
+        return [line.strip() for line in self.code.splitlines()
+                if len(line.strip()) >= DISTINCTIVE_LENGTH and not line.strip().startswith("#")]
 
 
 def _src(cell) -> str:

@@ -75,10 +75,7 @@ def _distinctive_solution_lines() -> list:
     for path in solution_paths(ROOT):
         _, regions = generate(path)
         for region in regions:
-            for line in region.code.splitlines():
-                line = line.strip()
-                if len(line) >= 25 and not line.startswith("#"):
-                    lines.add(_normalise(line))
+            lines.update(_normalise(line) for line in region.distinctive_lines())
     return sorted(lines)
 
 

@@ -41,11 +41,9 @@ def test_student_notebook_carries_no_solution(path):
     code_and_outputs = "\n".join(_text(c) + json.dumps(c.get("outputs", [])) for c in student["cells"])
     for region in regions:
         assert region.code.strip() not in code_and_outputs
-        for line in region.code.splitlines():
-            line = line.strip()
-            # The same distinctive-line rule as the pre-stop hook: long lines only.
-            if len(line) >= 25 and not line.startswith("#"):
-                assert line not in code_and_outputs, f"{path.name} leaks {line!r} ({region.label})"
+        # The same distinctive-line rule as the pre-stop hook: long lines only.
+        for line in region.distinctive_lines():
+            assert line not in code_and_outputs, f"{path.name} leaks {line!r} ({region.label})"
     # No solution directive, solution-only cell or exercise output survives.
     assert "{solution" not in code_and_outputs
     assert all("solution-only" not in c.get("metadata", {}).get("tags", []) for c in student["cells"])

@@ -8,6 +8,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from attention_course.notebook import _CHECK_RE
+
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 
@@ -18,7 +20,7 @@ def test_untouched_student_notebook_runs_and_checks_report_failures(path):
     NotebookClient(nb, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()  # raises on any error
     for cell in nb.cells:
-        match = re.search(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""", cell.source)
+        match = _CHECK_RE.search(cell.source)
         if cell.cell_type != "code" or not match:
             continue
         label = match.group(1)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import re
 import signal
 import threading
 import time
@@ -22,13 +21,12 @@ from typing import Callable, Optional
 import torch
 
 from ..checking import STUB_HINT, CheckResult, hidden_seed, judge, outcomes_for
-from ..notebook import NotebookError, _src, exercise_code, load_cells, setup_code
+from ..notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, setup_code
 from ..registry import all_exercises
 from .extra import ExerciseTable, load_extra_checks
 from .runtime import PACKAGE_DIR, RUNTIME_MODULES
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
-_CHECK_CELL_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
 
 
 # ------------------------------------------------------------------ the plan
@@ -205,7 +203,7 @@ def prepare(sub: Submission, plan: GradingPlan) -> Prepared:
     blocks = exercise_code(cells)
     code_cells = [_src(c) for c in cells if c.get("cell_type") == "code"
                   and "setup" not in c.get("metadata", {}).get("tags", [])
-                  and not _CHECK_CELL_RE.search(_src(c))]
+                  and not _CHECK_RE.search(_src(c))]
     prepared = Prepared(setup, {}, {}, {}, general)
     for ep in plan.exercises:
         label, name, source_label = ep.label, ep.exercise.name, ep.cells_from
