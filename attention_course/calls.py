@@ -29,8 +29,12 @@ def to_plain(value: Any, depth: int = 0) -> Any:
         return value.detach().clone().cpu()
     if type(value) in _SCALARS:
         return value
-    if type(value) in (list, tuple):
-        return {"__seq__": [to_plain(v, depth + 1) for v in value]}
+    # Tuples (with their subclasses: torch.Size, named tuples) and lists stay apart, so a
+    # contract that says "a tuple" can accept torch.Size and refuse a list.
+    if isinstance(value, tuple):
+        return {"__seq__": [to_plain(v, depth + 1) for v in tuple.__iter__(value)]}
+    if isinstance(value, list):
+        return {"__list__": [to_plain(v, depth + 1) for v in list.__iter__(value)]}
     if type(value) is dict and all(type(k) is str for k in value):
         return {"__dict__": {k: to_plain(v, depth + 1) for k, v in value.items()}}
     try:

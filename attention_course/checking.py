@@ -7,7 +7,12 @@ the likely mistake, never the answer's code); otherwise the check's own hint.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import re
+import signal
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -48,7 +53,9 @@ def _describe(value: Any) -> str:
     if isinstance(value, dict) and "__unsupported__" in value:
         return f"a {value['__unsupported__']}"
     if isinstance(value, dict) and "__seq__" in value:
-        return f"a sequence of {len(value['__seq__'])} items"
+        return f"a tuple of {len(value['__seq__'])} items"
+    if isinstance(value, dict) and "__list__" in value:
+        return f"a list of {len(value['__list__'])} items"
     if isinstance(value, dict) and "__dict__" in value:
         return f"a dict with keys {sorted(value['__dict__'])}"
     return f"{type(value).__name__} {value!r}"[:80]
@@ -90,16 +97,17 @@ def compare_values(got: Any, want: Any, rtol: float, atol: float, where: str = "
             return f"{where} has the wrong value (off by {abs(got - want):.3g})" if math.isfinite(got) \
                 else f"{where} is {got}"
         return None
-    if isinstance(want, dict) and "__seq__" in want:
-        if not (isinstance(got, dict) and "__seq__" in got):
-            return f"{where} is {_describe(got)}, expected a tuple of {len(want['__seq__'])} items"
-        if len(got["__seq__"]) != len(want["__seq__"]):
-            return f"{where} has {len(got['__seq__'])} items, expected {len(want['__seq__'])}"
-        for i, (g, w) in enumerate(zip(got["__seq__"], want["__seq__"])):
-            reason = compare_values(g, w, rtol, atol, f"item {i} of {where}")
-            if reason:
-                return reason
-        return None
+    for key, kind in (("__seq__", "tuple"), ("__list__", "list")):
+        if isinstance(want, dict) and key in want:
+            if not (isinstance(got, dict) and key in got):
+                return f"{where} is {_describe(got)}, expected a {kind} of {len(want[key])} items"
+            if len(got[key]) != len(want[key]):
+                return f"{where} has {len(got[key])} items, expected {len(want[key])}"
+            for i, (g, w) in enumerate(zip(got[key], want[key])):
+                reason = compare_values(g, w, rtol, atol, f"item {i} of {where}")
+                if reason:
+                    return reason
+            return None
     if isinstance(want, dict) and "__dict__" in want:
         if not (isinstance(got, dict) and "__dict__" in got):
             return f"{where} is {_describe(got)}, expected a dict"
@@ -115,20 +123,73 @@ def compare_values(got: Any, want: Any, rtol: float, atol: float, where: str = "
     return f"{where} cannot be compared"
 
 
-def compare_outcome(got: dict, want: dict, check: Check, call=None, require_message: bool = True) -> Optional[str]:
-    """Compare one call's outcomes; None when they agree."""
+_SHAPE_TEXT = re.compile(r"^\s*[\(\[]\s*(\d+\s*(,\s*\d+\s*)*,?)?\s*[\)\]]\s*$")
+_TIMES = re.compile(r"(?<=\d)\s*[x\u00d7*]\s*(?=\d)")
+_NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?![\d.])")
+
+
+def _as_shape(word: Any) -> Optional[tuple]:
+    """A must_mention item that names a shape, as a tuple of ints (else None)."""
+    if isinstance(word, torch.Size) or (isinstance(word, (tuple, list)) and
+                                        all(isinstance(n, int) and not isinstance(n, bool) for n in word)):
+        return tuple(int(n) for n in word)
+    if isinstance(word, str) and _SHAPE_TEXT.match(word):
+        return tuple(int(n) for n in re.findall(r"\d+", word))
+    return None
+
+
+def mentions(message: str, word: Any) -> bool:
+    """Does an error message mention ``word``?
+
+    A word must appear as written. A shape (a tuple of ints, or text such as
+    ``"(2, 3, 4)"``) is mentioned when its numbers appear in order, one after the
+    other, in any usual printed form: ``(2, 3, 4)``, ``torch.Size([2, 3, 4])``,
+    ``[2, 3, 4]``, ``2x3x4``, ``(batch=2, num_queries=3, d=4)``. The message names
+    the shape either way; how it prints it is the student's choice.
+    """
+    shape = _as_shape(word)
+    if shape is None:
+        return str(word) in message
+    if not shape:
+        return any(form in message for form in ("()", "[]", "Size([])", "scalar", "0-d", "0-dim"))
+    k = len(shape)
+    # A closing bracket ends one printed shape: (2, 3) and (4, 5) do not make (3, 4).
+    for segment in re.split(r"[\)\]]", _TIMES.sub(", ", message)):
+        numbers = [int(n) for n in _NUMBER.findall(segment)]
+        if any(tuple(numbers[i:i + k]) == shape for i in range(len(numbers) - k + 1)):
+            return True
+    return False
+
+
+def _describe_word(word: Any) -> str:
+    shape = _as_shape(word)
+    return f"the shape {shape}" if shape is not None else repr(word)
+
+
+def compare_outcome(got: dict, want: dict, check: Check, call=None, require_message: bool = True,
+                    same_message: bool = False) -> Optional[str]:
+    """Compare one call's outcomes; None when they agree.
+
+    ``same_message`` (used to match an answer to a kept mistake) asks for the same
+    error type and the very same message when ``want`` raised.
+    """
     if want["status"] == "raised":
         if got["status"] != "raised":
             return f"should raise {want['error_type']} for this input, but returned normally"
+        if same_message:
+            if got["error_type"] != want["error_type"] or got.get("message") != want.get("message"):
+                return "raised another error"
+            return None
         if want["error_type"] not in got.get("error_mro", []):
             if got["error_type"] == "NotImplementedError":
                 return f"not implemented yet (NotImplementedError: {got['message']})"
-            return f"raised {got['error_type']}, expected {want['error_type']}"
+            return f"raised {got['error_type']}: {got['message'][:200]} (expected {want['error_type']})"
         if require_message:
             words = check.must_mention(call) if callable(check.must_mention) else check.must_mention
-            missing = [w for w in words if w not in got.get("message", "")]
+            missing = [w for w in words if not mentions(got.get("message", ""), w)]
             if missing:
-                return f"the {want['error_type']} message should mention {', '.join(map(repr, missing))}"
+                return (f"the {want['error_type']} message should mention "
+                        f"{', '.join(_describe_word(w) for w in missing)}")
         return None
     if got["status"] == "raised":
         if got["error_type"] == "NotImplementedError":
@@ -147,14 +208,19 @@ def compare_outcome(got: dict, want: dict, check: Check, call=None, require_mess
     return None
 
 
-def compare_all(got: list, want: list, check: Check, calls: list, require_message: bool = True) -> Optional[str]:
-    if check.compare is not None:
+def compare_all(got: list, want: list, check: Check, calls: list, require_message: bool = True,
+                same_message: bool = False) -> Optional[str]:
+    if check.compare is not None and not (same_message and _any_raised(want)):
         return check.compare(got, want, calls)
     for i, (g, w, c) in enumerate(zip(got, want, calls)):
-        reason = compare_outcome(g, w, check, c, require_message)
+        reason = compare_outcome(g, w, check, c, require_message, same_message)
         if reason:
             return reason if len(calls) == 1 else f"call {i + 1} of {len(calls)}: {reason}"
     return None
+
+
+def _any_raised(outcomes: list) -> bool:
+    return any(o.get("status") == "raised" for o in outcomes)
 
 
 # ---------------------------------------------------------------- running checks
@@ -180,7 +246,9 @@ def judge(exercise: Exercise, check: Check, calls: list, got: list,
         theirs = outcomes_for(mistake.impl, calls, exercise.kind)
         if compare_all(theirs, want, check, calls) is None:
             continue  # this check cannot tell that mistake apart
-        if compare_all(got, theirs, check, calls, require_message=False) is None:
+        # The hint of a mistake is shown only when the answer behaves like it on the same
+        # calls: the same values, or the same error type and the same message.
+        if compare_all(got, theirs, check, calls, same_message=True) is None:
             return CheckResult(exercise.label, check.name, False, reason, mistake.hint, mistake.name)
     return CheckResult(exercise.label, check.name, False, reason, check.hint)
 
@@ -190,32 +258,116 @@ def hidden_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + 7919 * (index + 1)) % (2**31 - 1)
 
 
-def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] = None) -> list:
+def check_points(exercise: Exercise, check: Check, checks: Optional[list] = None) -> float:
+    """The points ``check`` carries: the exercise's points split among ``checks`` (all of
+    them by default) by weight."""
+    checks = exercise.checks if checks is None else checks
+    total = sum(c.weight for c in checks)
+    return exercise.points * check.weight / total if total > 0 else 0.0
+
+
+class CheckTimeout(BaseException):
+    """Raised inside a student's code when a public check takes too long.
+
+    A BaseException, so that the ``except Exception`` of the student's code (and of
+    :func:`run_call`) does not swallow it.
+    """
+
+
+DEFAULT_TIME_LIMIT = float(os.environ.get("ATTENTION_COURSE_CHECK_TIME_LIMIT", "20"))
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: Optional[float]):
+    """Interrupt the block with :class:`CheckTimeout` after ``seconds`` of wall time.
+
+    In the main thread on Unix (a Jupyter kernel runs cells there) SIGALRM does it,
+    re-armed every 0.2 s in case the student's code catches the first one. Elsewhere
+    a timer thread raises the exception asynchronously in this thread. Either way,
+    Python code is interrupted between two bytecodes; one long C call (a huge matrix
+    product) finishes first.
+    """
+    if not seconds or seconds <= 0:
+        yield
+        return
+    if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+        def _on_alarm(signum, frame):
+            raise CheckTimeout()
+        previous = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds, 0.2)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        return
+    import ctypes
+    target = threading.get_ident()
+    done = threading.Event()
+
+    def _interrupt():
+        while not done.wait(seconds if not _interrupt.fired else 0.2):
+            _interrupt.fired = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), ctypes.py_object(CheckTimeout))
+    _interrupt.fired = False
+    timer = threading.Thread(target=_interrupt, daemon=True)
+    timer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        timer.join()
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), None)
+
+
+def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] = None,
+               time_limit: Optional[float] = None) -> list:
     """Run an exercise's checks on ``obj``; never raises for a student's mistake.
 
     Public mode runs the public checks at their fixed seeds. Hidden mode (grading)
-    runs every check on inputs drawn from ``seed`` and awards partial credit.
+    runs every check on inputs drawn from ``seed`` and awards partial credit, each
+    check carrying its weight's share of the exercise's points. With ``time_limit``
+    (seconds per check), a check whose calls take longer fails with a clear reason
+    and the remaining checks are not run.
     """
     exercise = get_exercise(label)
     checks = exercise.checks if hidden else exercise.public_checks
     results = []
+    timed_out = False
     for index, check in enumerate(checks):
+        max_points = check_points(exercise, check, checks)
+        if timed_out:
+            results.append(CheckResult(exercise.label, check.name, False,
+                                       "not run: an earlier check took too long", "", None, 0.0, max_points))
+            continue
         check_seed = hidden_seed(seed or 0, index) if hidden else check.seed
         calls = check.make_calls(check_seed)
-        got = outcomes_for(obj, calls, exercise.kind)
+        try:
+            with _time_limit(time_limit):
+                got = outcomes_for(obj, calls, exercise.kind)
+        except CheckTimeout:
+            timed_out = True
+            results.append(CheckResult(
+                exercise.label, check.name, False,
+                f"took longer than {time_limit:g} s \u2014 an infinite loop?",
+                "look for a loop whose condition never changes, or a recursion without a base case.",
+                None, 0.0, max_points))
+            continue
         result = judge(exercise, check, calls, got)
-        result.max_points = exercise.points / len(checks)
+        result.max_points = max_points
         result.points = result.max_points if result.passed else 0.0
         results.append(result)
     return results
 
 
-def check(label: str, obj: Any = None) -> None:
+def check(label: str, obj: Any = None, time_limit: Optional[float] = None) -> None:
     """Run the public checks of exercise ``label`` on ``obj`` and print one line each.
 
-    It never raises because of the object under test: a failing, crashing or missing
-    implementation prints ✗ lines with a hint. An unknown label is a clear error
-    listing the known labels.
+    It never raises because of the object under test: a failing, crashing, missing or
+    endless implementation prints ✗ lines with a hint. Each check may take at most
+    ``time_limit`` seconds (default 20, or the environment variable
+    ``ATTENTION_COURSE_CHECK_TIME_LIMIT``); after that it prints ✗ and returns, and
+    the kernel stays usable. An unknown label is a clear error listing the known labels.
     """
     exercise = get_exercise(label)
     module = getattr(obj, "__module__", None) or ""
@@ -228,7 +380,8 @@ def check(label: str, obj: Any = None) -> None:
               f"pass the {exercise.name} defined in your exercise cell. (Graded work that calls the "
               f"package's answer to this exercise earns no credit.)")
         return
-    results = run_checks(label, obj)
+    limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
+    results = run_checks(label, obj, time_limit=limit)
     passed = sum(r.passed for r in results)
     print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} public checks passed")
     for r in results:

@@ -61,9 +61,13 @@ class Check:
     student's and the reference's outcomes, whether the check passes; the default
     compares every returned value (type, dtype, shape, then values within
     ``rtol``/``atol``). ``hint`` is shown when the check fails and no kept mistake
-    explains the failure. ``must_mention`` lists words that an error message
-    must contain when the reference raises (e.g. the argument's name), or is a
-    function of the calls returning that list.
+    explains the failure, so it must stay neutral (what the check exercises, where to
+    look), never blame one mistake. ``must_mention`` lists what an error message must
+    contain when the reference raises: words (e.g. the argument's name) and shapes,
+    given as tuples of ints, which match their numbers in any usual printed form
+    (``(2, 3, 4)``, ``torch.Size([2, 3, 4])``, ``[2, 3, 4]``, ``2x3x4``); or it is a
+    function of the call returning that list. ``weight`` sets the check's share of
+    the exercise's points (points are split among the checks by weight).
     """
 
     name: str
@@ -75,6 +79,7 @@ class Check:
     atol: float = 1e-5
     must_mention: Any = ()
     public: bool = True
+    weight: float = 1.0
 
 
 @dataclass
@@ -87,6 +92,18 @@ class Mistake:
 
 
 @dataclass
+class Alternative:
+    """A correct implementation in another style (einsum, loops, float64 inside, another
+    course's conventions, another module layout). Kept so that the tests prove the
+    checks accept every correct answer, not only the reference's form. ``style``
+    says in a few words how it differs from the reference."""
+
+    name: str
+    style: str
+    impl: Any
+
+
+@dataclass
 class Exercise:
     label: str
     title: str
@@ -94,6 +111,7 @@ class Exercise:
     reference: Any
     checks: list
     mistakes: list = field(default_factory=list)
+    alternatives: list = field(default_factory=list)
     points: float = 1.0
     kind: str = "function"  # or "class"
 

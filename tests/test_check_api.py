@@ -137,3 +137,106 @@ def test_passing_the_packages_own_answer_is_refused(capsys):
     assert "ch03_ex1 \u00b7 masked_softmax: 0/" in out
     assert "attention_course.functional.masked_softmax, the course package's own version" in out
     assert "\u2713" not in out
+
+
+# ------------------------------------------------------------ issue 10's root causes
+
+from attention_course.checking import mentions  # noqa: E402
+
+
+@pytest.mark.parametrize("message", [
+    "weights (2, 3) and values (4, 2) disagree",
+    "weights torch.Size([2, 3]) and values torch.Size([4, 2]) disagree",
+    "weights [2, 3] vs values [4, 2]",
+    "weights 2x3 but values 4 \u00d7 2",
+    "weights (num_queries=2, num_keys=3), values (num_keys=4, d=2)",
+])
+def test_a_shape_is_mentioned_in_any_usual_form(message):
+    assert mentions(message, (2, 3)) and mentions(message, "(4, 2)")
+
+
+@pytest.mark.parametrize("message,shape", [
+    ("weights (2, 3) and values (4, 2)", (3, 4)),   # across two printed shapes
+    ("weights (2, 3)", (2, 4)),
+    ("check ch02_ex3 failed", (2, 3)),               # digits inside a label are not a shape
+    ("p=2.5", (2,)),
+])
+def test_a_shape_is_not_mentioned_by_other_numbers(message, shape):
+    assert not mentions(message, shape)
+
+
+def test_a_torch_size_message_passes_a_shape_check(demo, capsys):
+    def pool(weights, values):
+        if weights.shape[-1] != values.shape[-2]:
+            raise ValueError(f"weights {weights.shape} and values {values.shape} disagree")
+        return weights @ values
+    demo.checks[1].must_mention = lambda call: ["weights", "values", tuple(call.args[0].shape)]
+    check("ch99_ex1", pool)
+    assert "2/2 public checks passed" in capsys.readouterr().out
+
+
+def test_a_mistake_hint_needs_the_same_error_message(demo, capsys):
+    """Two answers that raise the same error type are not the same mistake."""
+    demo.mistakes.append(Mistake("crashes", "CRASH HINT", lambda w, v: (_ for _ in ()).throw(RuntimeError("boom"))))
+    check("ch99_ex1", lambda w, v: (_ for _ in ()).throw(RuntimeError("another bug")))
+    out = capsys.readouterr().out
+    assert "CRASH HINT" not in out and "Hint: weighted sum of rows" in out
+    check("ch99_ex1", lambda w, v: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert "CRASH HINT" in capsys.readouterr().out
+
+
+@pytest.fixture()
+def shape_exercise():
+    def size_of(x):
+        return tuple(x.shape)
+    ex = register(Exercise("ch99_ex2", "sizes", "size_of", size_of,
+                           checks=[Check("a tuple of ints", lambda seed: [Call(args=(torch.ones(2, 3),))], hint="h")]))
+    yield ex
+    del REGISTRY["ch99_ex2"]
+
+
+def test_a_tuple_contract_accepts_torch_size_and_refuses_a_list(shape_exercise):
+    assert run_checks("ch99_ex2", lambda x: x.shape)[0].passed
+    result = run_checks("ch99_ex2", lambda x: list(x.shape))[0]
+    assert not result.passed and "a list of 2 items, expected a tuple" in result.reason
+
+
+def test_an_endless_answer_fails_after_the_time_limit_and_the_checks_go_on(demo, capsys):
+    import time
+    def endless(weights, values):
+        while True:
+            try:
+                time.sleep(0.01)
+            except Exception:  # a student's own broad except must not swallow the limit
+                pass
+    start = time.monotonic()
+    check("ch99_ex1", endless, time_limit=0.5)
+    out = capsys.readouterr().out
+    assert time.monotonic() - start < 5
+    assert "took longer than 0.5 s \u2014 an infinite loop?" in out and "0/2 public checks passed" in out
+    check("ch99_ex1", _pool)  # the process is still usable
+    assert "2/2 public checks passed" in capsys.readouterr().out
+
+
+def test_the_time_limit_also_works_outside_the_main_thread(demo):
+    import threading
+    import time
+    results = []
+
+    def worker():
+        results.extend(run_checks("ch99_ex1", lambda w, v: [None for _ in iter(int, 1)], time_limit=0.5))
+    thread = threading.Thread(target=worker)
+    start = time.monotonic()
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - start < 5
+    assert "an infinite loop?" in results[0].reason
+
+
+def test_points_follow_check_weights(demo):
+    from attention_course.checking import check_points
+    demo.checks[1].weight = 0.5
+    shares = [check_points(demo, c) for c in demo.checks]
+    assert shares == pytest.approx([demo.points * w / 2.5 for w in (1, 0.5, 1)])
+    results = run_checks("ch99_ex1", _pool, hidden=True, seed=1)
+    assert sum(r.points for r in results) == pytest.approx(demo.points)

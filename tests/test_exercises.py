@@ -4,19 +4,25 @@
 * the solution notebook's own exercise cell passes too (notebook and package agree),
 * the untouched stub of the student notebook fails every check, with the stub hint,
 * every kept wrong implementation fails at least one public check and one hidden
-  check, and each public failure prints the hint meant for that mistake.
+  check, and each public failure prints the hint meant for that mistake,
+* every kept alternative (a correct implementation in another style) passes every
+  public check and the hidden checks at several grading seeds: the checks test
+  meaning, not the reference's form,
+* error-message checks carry at most a fifth of each chapter's points.
 """
 from pathlib import Path
 
 import pytest
 
-from attention_course.checking import STUB_HINT, run_checks
+from attention_course.calls import run_call
+from attention_course.checking import STUB_HINT, check_points, run_checks
 from attention_course.notebook import load_objects
 from attention_course.registry import all_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = all_exercises()
 HIDDEN_SEEDS = [11, 2026]
+ALTERNATIVE_SEEDS = [11, 2026, 7]
 
 
 def _notebook(folder: str, exercise) -> Path:
@@ -84,3 +90,38 @@ def test_kept_mistake_is_caught_with_its_hint(exercise, mistake):
     for seed in HIDDEN_SEEDS:
         hidden = _failures(run_checks(exercise.label, mistake.impl, hidden=True, seed=seed))
         assert hidden, f"{mistake.name!r} passes every hidden check of {exercise.label} (seed {seed})"
+
+
+ALTERNATIVES = [(ex, a) for ex in EXERCISES for a in ex.alternatives]
+
+
+def test_every_exercise_keeps_at_least_three_alternatives():
+    short = {ex.label: len(ex.alternatives) for ex in EXERCISES if len(ex.alternatives) < 3}
+    assert not short, f"exercises with fewer than 3 kept alternatives: {short}"
+
+
+@pytest.mark.parametrize("exercise,alternative", ALTERNATIVES,
+                         ids=[f"{e.label}-{a.name}" for e, a in ALTERNATIVES])
+def test_kept_alternative_passes_every_check(exercise, alternative):
+    public = _failures(run_checks(exercise.label, alternative.impl))
+    assert not public, f"{alternative.name!r} ({alternative.style}) is correct but fails: " \
+        f"{[r.line() for r in public]}"
+    for seed in ALTERNATIVE_SEEDS:
+        hidden = _failures(run_checks(exercise.label, alternative.impl, hidden=True, seed=seed))
+        assert not hidden, (seed, [r.line() for r in hidden])
+
+
+def _is_error_check(exercise, check) -> bool:
+    """A check whose every call makes the reference raise tests an error message."""
+    outcomes = [run_call(exercise.reference, c, exercise.kind) for c in check.make_calls(check.seed)]
+    return bool(outcomes) and all(o["status"] == "raised" for o in outcomes)
+
+
+def test_error_message_checks_carry_at_most_a_fifth_of_each_chapter():
+    chapters = {}
+    for ex in EXERCISES:
+        total, errors = chapters.setdefault(ex.chapter, [0.0, 0.0])
+        chapters[ex.chapter][0] += ex.points
+        chapters[ex.chapter][1] += sum(check_points(ex, c) for c in ex.checks if _is_error_check(ex, c))
+    heavy = {ch: f"{err / total:.0%}" for ch, (total, err) in chapters.items() if err > 0.2 * total + 1e-9}
+    assert not heavy, f"error-message checks carry more than 1/5 of the points: {heavy}"

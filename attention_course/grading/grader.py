@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..checking import STUB_HINT, CheckResult, hidden_seed, judge, outcomes_for
+from ..checking import STUB_HINT, CheckResult, check_points, hidden_seed, judge, outcomes_for
 from ..notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, setup_code
 from ..registry import all_exercises
 from .extra import ExerciseTable, load_extra_checks
@@ -314,8 +314,8 @@ class Grader:
         return result
 
     def _all_failed(self, ep: ExercisePlan, reason: str) -> list:
-        points = ep.exercise.points / len(ep.checks)
-        return [CheckResult(ep.label, cp.check.name, False, reason, "", None, 0.0, points) for cp in ep.checks]
+        return [CheckResult(ep.label, cp.check.name, False, reason, "", None, 0.0,
+                            check_points(ep.exercise, cp.check)) for cp in ep.checks]
 
     def _ended(self, report) -> str:
         if report.zygote_died:
@@ -362,8 +362,8 @@ class Grader:
             return
         got_all = outcome["outcomes"]
         checks = []
-        points = ep.exercise.points / len(ep.checks)
         for i, cp in enumerate(ep.checks):
+            points = check_points(ep.exercise, cp.check)
             if i < len(got_all) and len(got_all[i]) == len(cp.calls):
                 with self._judge_lock:
                     try:

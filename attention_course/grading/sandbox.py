@@ -451,7 +451,7 @@ def _value(value: Any) -> None:
         return
     if type(value) is dict and len(value) == 1:
         (key, inner), = value.items()
-        if key == "__seq__" and type(inner) is list:
+        if key in ("__seq__", "__list__") and type(inner) is list:
             for item in inner:
                 _value(item)
             return
