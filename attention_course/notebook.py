@@ -1,9 +1,11 @@
 """Find the setup cell and each exercise's cells in a chapter notebook.
 
 A chapter notebook (solution or student edition) has one or more code cells tagged
-``setup`` (imports only), and, for each exercise, a markdown cell holding an
-``{exercise}`` directive with ``:label: chNN_exM``, then the exercise's code
-cell(s), then a check cell ``check("chNN_exM", name)``. The exercise's code is the
+``setup`` (imports only), and, for each exercise, a markdown cell that opens it,
+then the exercise's code cell(s), then a check cell ``check("chNN_exM", name)``.
+The opening cell is an ``{exercise}`` directive with ``:label: chNN_exM`` (MyST: the
+solution notebooks and the site), or, in the portable student notebooks that any
+client renders, a heading ``### Exercise M (chNN_exM): Title``. The exercise's code is the
 code cells between its directive and its check cell. Because every exercise cell
 is self-contained (setup cell + package only), running the setup cell and one
 exercise's cells is enough to get the student's object, without running the
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 _EXERCISE_LABEL_RE = re.compile(r"^(?:```+|:::+)\{exercise\}.*?^\s*:label:\s*(\S+)", re.M | re.S)
+# The portable form written by the release generator (attention_course.release).
+_EXERCISE_HEADING_RE = re.compile(r"^#{1,6}[ \t]+Exercise[ \t]+\d+[ \t]+\((ch\d\d_ex\d+)\)", re.M)
 _CHECK_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
 
 
@@ -43,6 +47,13 @@ def load_cells(path: Path) -> list:
     return cells
 
 
+def exercise_labels(source: str) -> list:
+    """The labels of the exercises a markdown cell opens, in order (either form)."""
+    found = [(m.start(), m.group(1)) for m in _EXERCISE_LABEL_RE.finditer(source)]
+    found += [(m.start(), m.group(1)) for m in _EXERCISE_HEADING_RE.finditer(source)]
+    return [label for _, label in sorted(found)]
+
+
 def setup_code(cells: list) -> str:
     parts = [_src(c) for c in cells
              if c.get("cell_type") == "code" and "setup" in c.get("metadata", {}).get("tags", [])]
@@ -56,7 +67,7 @@ def exercise_code(cells: list) -> dict:
     for cell in cells:
         source = _src(cell)
         if cell.get("cell_type") == "markdown":
-            labels = _EXERCISE_LABEL_RE.findall(source)
+            labels = exercise_labels(source)
             if labels:
                 current = labels[-1]
                 blocks.setdefault(current, [])
@@ -76,8 +87,8 @@ def exercise_cell_index(cells: list) -> dict:
     current: Optional[str] = None
     for index, cell in enumerate(cells):
         source = _src(cell)
-        if cell.get("cell_type") == "markdown" and _EXERCISE_LABEL_RE.findall(source):
-            current = _EXERCISE_LABEL_RE.findall(source)[-1]
+        if cell.get("cell_type") == "markdown" and exercise_labels(source):
+            current = exercise_labels(source)[-1]
         elif cell.get("cell_type") == "code" and current:
             if _CHECK_RE.search(source):
                 current = None

@@ -22,6 +22,24 @@ label used twice or not of the form ``chNN_exM`` for this chapter, an exercise
 with no ``check("chNN_exM", ...)`` cell, a markdown cell mixing a solution
 directive with other text, and an exercise label that the package does not
 register (or a registered one missing from the notebook).
+
+Two forms of the student notebook come out of one solution notebook:
+
+* **portable** (the default, written to ``chapters/``): what a student opens in any
+  notebook client. Its Markdown holds no MyST markup, so JupyterLab without
+  extensions, Colab, VS Code and GitHub's preview all show it as a clean document
+  (:func:`portable_markdown`): each ``{exercise}`` becomes an ordinary heading
+  ``### Exercise M (chNN_exM): Title`` followed by its contract; citations become
+  "(Bahdanau et al., 2014)" / "Bahdanau et al. (2014)" from ``references.bib``, and
+  ``{footbibliography}`` the list of the works cited; admonitions become block
+  quotes, ``{math}`` becomes ``$$``, cross-references become plain text. Prose
+  without MyST markup is copied verbatim. Before the setup cell comes an **install
+  cell** that installs the course package when ``import attention_course`` fails
+  (from ``$ATTENTION_COURSE_SOURCE`` when set, otherwise from the repository named
+  by ``repository.url`` in ``_config.yml``) and does nothing otherwise.
+* **myst** (``portable=False``): the student edition of the site is built from it
+  (:mod:`attention_course.editions`), so the site keeps its exercise boxes and
+  footnoted citations. It has no install cell.
 """
 from __future__ import annotations
 
@@ -120,9 +138,437 @@ def stub_code(source: str, label: str, where: str) -> tuple:
     return "\n".join(out), regions
 
 
-def release_notebook(nb, path: Path, registered: Optional[set] = None):
-    """Return ``(student_notebook, regions)`` for the solution notebook ``nb``."""
+# ---------------------------------------------------------------- course settings
+
+DEFAULT_BRANCH = "main"
+SOURCE_ENV = "ATTENTION_COURSE_SOURCE"
+INSTALL_TAG = "install"
+
+
+@dataclass
+class CourseSettings:
+    """What the generator reads from the course folder: the repository (one setting,
+    ``repository.url`` in ``_config.yml``) and the bibliography."""
+    repository_url: Optional[str] = None
+    branch: str = DEFAULT_BRANCH
+    bibfile: Optional[Path] = None
+
+    @property
+    def archive_url(self) -> Optional[str]:
+        """Where pip can fetch the course without git (GitHub's archive of the branch)."""
+        if not self.repository_url:
+            return None
+        return f"{self.repository_url.rstrip('/')}/archive/refs/heads/{self.branch}.zip"
+
+
+def course_root(solution_path: Path) -> Optional[Path]:
+    """The course folder of a solution notebook (``<root>/solutions/NN_slug.ipynb``)."""
+    parent = Path(solution_path).resolve().parent
+    return parent.parent if parent.name == "solutions" else None
+
+
+def course_settings(root: Optional[Path]) -> CourseSettings:
+    if root is None:
+        return CourseSettings()
+    root = Path(root)
+    settings = CourseSettings(bibfile=root / "references.bib" if (root / "references.bib").exists() else None)
+    config = root / "_config.yml"
+    if config.exists():
+        import yaml
+        data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+        repo = data.get("repository") or {}
+        settings.repository_url = repo.get("url") or None
+        settings.branch = repo.get("branch") or DEFAULT_BRANCH
+        bibs = data.get("bibtex_bibfiles") or []
+        if bibs and (root / bibs[0]).exists():
+            settings.bibfile = root / bibs[0]
+    return settings
+
+
+def install_cell_source(settings: CourseSettings) -> str:
+    """The first code cell of a portable student notebook."""
+    url = settings.archive_url
+    lines = [
+        "# Run this cell first. Outside the course's own environment (Colab, Binder, a fresh",
+        "# virtual environment) it installs the course package; where the package is already",
+        f"# installed it does nothing. Set {SOURCE_ENV} to a folder (a copy of the course) or",
+        "# any pip requirement to install from there instead of the course's repository.",
+        "try:",
+        "    import attention_course",
+        "except ImportError:",
+        "    import importlib, os, subprocess, sys",
+    ]
+    if url:
+        lines.append(f'    source = os.environ.get("{SOURCE_ENV}") or "{url}"')
+    else:
+        lines += [f'    source = os.environ.get("{SOURCE_ENV}")',
+                  "    if not source:",
+                  f'        raise ImportError("the course package is missing: set {SOURCE_ENV} to a copy of the course")']
+    lines += [
+        '    print(f"installing the course package from {source} ...", flush=True)',
+        '    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", source])',
+        "    importlib.invalidate_caches()",
+        "    import attention_course",
+        '    print(f"installed attention_course {attention_course.__version__}")',
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- bibliography
+
+def _latex_text(value: str) -> str:
+    import codecs
+
+    import latexcodec  # noqa: F401 - registers the "ulatex" codec (a dependency of pybtex)
+    text = codecs.decode(str(value), "ulatex")
+    return re.sub(r"\s+", " ", text.replace("{", "").replace("}", "").replace("\xa0", " ")).strip()
+
+
+class Bibliography:
+    """The entries of ``references.bib``, formatted as plain Markdown."""
+
+    def __init__(self, path: Optional[Path]):
+        self.path = path
+        self.entries = {}
+        if path is not None:
+            from pybtex.database import parse_file
+            self.entries = dict(parse_file(str(path)).entries)
+
+    def _entry(self, key: str, where: str):
+        if key not in self.entries:
+            raise ReleaseError(f"{where}: citation key {key!r} is not in "
+                               f"{self.path.name if self.path else 'references.bib'}")
+        return self.entries[key]
+
+    @staticmethod
+    def _last(person) -> str:
+        return _latex_text(" ".join(person.prelast_names + person.last_names))
+
+    def _people(self, entry) -> list:
+        return entry.persons.get("author") or entry.persons.get("editor") or []
+
+    def short_authors(self, key: str, where: str) -> str:
+        entry = self._entry(key, where)
+        people = self._people(entry)
+        if not people:
+            return _latex_text(entry.fields.get("institution") or entry.fields.get("title", key))
+        if len(people) == 1:
+            return self._last(people[0])
+        if len(people) == 2:
+            return f"{self._last(people[0])} and {self._last(people[1])}"
+        return f"{self._last(people[0])} et al."
+
+    def year(self, key: str, where: str) -> str:
+        return _latex_text(self._entry(key, where).fields.get("year", "n.d."))
+
+    def cite(self, keys: list, textual: bool, where: str) -> str:
+        if textual:
+            parts = [f"{self.short_authors(k, where)} ({self.year(k, where)})" for k in keys]
+            return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        return "(" + "; ".join(f"{self.short_authors(k, where)}, {self.year(k, where)}" for k in keys) + ")"
+
+    def sort_key(self, key: str) -> tuple:
+        entry = self._entry(key, "references")
+        people = self._people(entry)
+        return (self._last(people[0]).lower() if people else "", entry.fields.get("year", ""), key)
+
+    def reference(self, key: str, where: str) -> str:
+        """One entry of a reference list: authors (year). Title. *Venue*, details."""
+        entry = self._entry(key, where)
+        fields = {name: _latex_text(value) for name, value in entry.fields.items()}
+
+        def name(person) -> str:
+            initials = " ".join("-".join(f"{part[0]}." for part in _latex_text(n).split("-") if part)
+                                for n in person.first_names + person.middle_names if _latex_text(n))
+            return f"{self._last(person)}, {initials}" if initials else self._last(person)
+
+        names = [name(p) for p in self._people(entry)]
+        authors = (names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", and " + names[-1]) if names \
+            else fields.get("institution", "")
+        title = fields.get("title", key).rstrip(".")
+        venue = fields.get("journal") or fields.get("booktitle")
+        details = []
+        if venue:
+            details.append(("In " if "booktitle" in fields and "journal" not in fields else "") + f"*{venue}*")
+        if fields.get("volume"):
+            details.append(fields["volume"] + (f"({fields['number']})" if fields.get("number") else ""))
+        if fields.get("pages"):
+            details.append(fields["pages"])
+        if not venue:
+            details += [fields[f] for f in ("publisher", "institution", "address") if fields.get(f)]
+        text = f"{authors} ({fields.get('year', 'n.d.')}). {title}."
+        if details:
+            text += " " + ", ".join(details) + "."
+        url = fields.get("url") or (f"https://doi.org/{fields['doi']}" if fields.get("doi") else None)
+        if url:
+            text += f" <{url}>"
+        return text
+
+
+# ---------------------------------------------------------------- portable Markdown
+
+_FENCE_RE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,}|:{3,})[ \t]*(?P<info>[^\n]*?)[ \t]*$")
+_DIRECTIVE_RE = re.compile(r"^\{(?P<name>[\w:.+-]+)\}[ \t]*(?P<arg>.*)$")
+_ROLE_RE = re.compile(r"(?<!`)\{(?P<name>[\w:.+-]+)\}`(?P<content>[^`]+)`")
+_OPTION_RE = re.compile(r"^[ \t]*:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)[ \t]*$")
+_TARGET_RE = re.compile(r"^\((?P<name>[^()\s]+)\)=[ \t]*$")
+_HEADING_RE = re.compile(r"^(?P<hashes>#{1,6})[ \t]+(?P<text>.*?)[ \t#]*$")
+_LABELLED_MATH_RE = re.compile(r"\$\$(?P<body>.+?)\$\$[ \t]*\((?P<label>[^()\s]+)\)", re.S)
+_EXERCISE_HEADING = "Exercise {number} ({label})"
+
+_ADMONITIONS = {"note", "tip", "hint", "important", "warning", "caution", "attention", "danger", "error",
+                "seealso", "admonition", "dropdown", "margin", "sidebar", "topic", "epigraph", "card",
+                "exercise", "example", "proof", "theorem", "lemma", "definition", "prf:definition"}
+_DROPPED = {"solution", "solution-start", "solution-end", "toctree", "tableofcontents", "glue:figure",
+            "only", "index"}
+_CODE = {"code", "code-block", "sourcecode", "code-cell", "literalinclude"}
+_PAREN_CITES = {"footcite", "footcite:p", "footcite:ps", "cite", "cite:p", "cite:ps", "cite:alp", "footcite:alp"}
+_TEXT_CITES = {"footcite:t", "footcite:ts", "cite:t", "cite:ts"}
+_LITERAL_ROLES = {"code", "literal", "kbd", "command", "file", "samp", "program", "envvar", "option"}
+
+
+@dataclass
+class _Context:
+    """What converting one notebook's Markdown needs to know about the whole notebook."""
+    where: str
+    bib: "Bibliography"
+    labels: dict         # exercise label -> its number
+    targets: dict        # (target)= name -> the heading text after it
+    equations: dict      # labelled equation -> its number
+    cited: list          # keys in order of first citation
+    heading_level: int = 2
+
+
+def _collect(cells: list, where: str, bib: "Bibliography") -> _Context:
+    """First pass: exercise labels, targets, equation labels and citations of the notebook."""
+    ctx = _Context(where, bib, {}, {}, {}, [])
+    for cell in cells:
+        if cell.cell_type != "markdown":
+            continue
+        source = _src(cell)
+        for match in _EXERCISE_RE.finditer(source):
+            label = match.group("label")
+            m = _LABEL_RE.match(label)
+            if m:
+                ctx.labels[label] = int(m.group(2))
+        lines = source.split("\n")
+        for number, line in enumerate(lines):
+            target = _TARGET_RE.match(line)
+            if target:
+                heading = next((h for h in (_HEADING_RE.match(l) for l in lines[number + 1:] if l.strip()) if h), None)
+                ctx.targets[target.group("name")] = heading.group("text") if heading else target.group("name")
+        for match in _LABELLED_MATH_RE.finditer(source):
+            ctx.equations.setdefault(match.group("label"), len(ctx.equations) + 1)
+        for match in re.finditer(r"^[ \t]*:label:[ \t]*(\S+)", source, re.M):
+            if not _LABEL_RE.match(match.group(1)) and "{math}" in source:
+                ctx.equations.setdefault(match.group(1), len(ctx.equations) + 1)
+        for match in _ROLE_RE.finditer(source):
+            if match.group("name") in _PAREN_CITES | _TEXT_CITES:
+                for key in _keys(match.group("content")):
+                    if key not in ctx.cited:
+                        ctx.cited.append(key)
+    return ctx
+
+
+def _keys(content: str) -> list:
+    return [k.strip() for k in content.split(",") if k.strip()]
+
+
+def _role(name: str, content: str, ctx: _Context) -> str:
+    if name in _PAREN_CITES or name in _TEXT_CITES:
+        return ctx.bib.cite(_keys(content), name in _TEXT_CITES, ctx.where)
+    explicit = re.match(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", content, re.S)
+    if name in ("ref", "numref", "doc", "any", "term", "download", "prf:ref"):
+        if explicit:
+            return explicit.group("text")
+        label = _LABEL_RE.match(content)
+        if label:
+            number = int(label.group(2))
+            if content in ctx.labels:
+                return f"Exercise {number} ({content})"
+            return f"Exercise {number} of Chapter {int(label.group(1))} ({content})"
+        if content in ctx.targets:
+            return f"*{ctx.targets[content]}*"
+        return Path(content).name if name == "doc" else content
+    if name == "eq":
+        number = ctx.equations.get(content)
+        return f"({number})" if number else content
+    if name == "math":
+        return f"${content}$"
+    if name in _LITERAL_ROLES:
+        return f"`{content}`"
+    if name == "abbr":
+        return re.sub(r"\s*\(.*\)\s*$", "", content)
+    if name in ("sub", "sup"):
+        return f"<{name}>{content}</{name}>"
+    if name in ("emphasis",):
+        return f"*{content}*"
+    if name in ("strong",):
+        return f"**{content}**"
+    return explicit.group("text") if explicit else content
+
+
+def _inline(text: str, ctx: _Context) -> str:
+    """Roles and labelled equations of a stretch of Markdown outside fenced blocks."""
+    text = _ROLE_RE.sub(lambda m: _role(m.group("name"), m.group("content"), ctx), text)
+
+    def tag(match):
+        number = ctx.equations.get(match.group("label"))
+        body = match.group("body").rstrip()
+        return f"$${body} \\tag{{{number}}}$$" if number else f"$${body}$$"
+    return _LABELLED_MATH_RE.sub(tag, text)
+
+
+def _split_options(body: list) -> tuple:
+    """``:key: value`` lines (or a ``---`` YAML block) at the start of a directive's body."""
+    options, rest = {}, list(body)
+    if rest and rest[0].strip() == "---":
+        end = next((i for i in range(1, len(rest)) if rest[i].strip() == "---"), None)
+        if end is not None:
+            import yaml
+            try:
+                options = yaml.safe_load("\n".join(rest[1:end])) or {}
+            except yaml.YAMLError:
+                options = {}
+            rest = rest[end + 1:]
+    else:
+        while rest and _OPTION_RE.match(rest[0]):
+            m = _OPTION_RE.match(rest[0])
+            options[m.group("key")] = m.group("value")
+            rest = rest[1:]
+    while rest and not rest[0].strip():
+        rest = rest[1:]
+    while rest and not rest[-1].strip():
+        rest = rest[:-1]
+    return options, rest
+
+
+def _fence_for(lines: list) -> str:
+    longest = max([len(m.group(0)) for l in lines for m in re.finditer(r"`{3,}", l)] or [2])
+    return "`" * (longest + 1)
+
+
+def _quote(lines: list) -> list:
+    return [f"> {line}" if line.strip() else ">" for line in lines]
+
+
+def _directive(name: str, arg: str, body: list, ctx: _Context) -> list:
+    options, rest = _split_options(body)
+    if name in _DROPPED:
+        return []
+    if name in _CODE:
+        language = arg.split()[0] if arg.split() else ""
+        fence = _fence_for(rest)
+        return [fence + language, *rest, fence]
+    if name == "math":
+        inner = [_inline(l, ctx) for l in rest]
+        number = ctx.equations.get(options.get("label", ""))
+        if number:
+            inner.append(f"\\tag{{{number}}}")
+        return ["$$", *inner, "$$"]
+    if name in ("footbibliography", "bibliography"):
+        keys = sorted(ctx.bib.entries) if name == "bibliography" else ctx.cited
+        return [f"- {ctx.bib.reference(k, ctx.where)}" for k in sorted(keys, key=ctx.bib.sort_key)] \
+            or ["*(no works cited)*"]
+    if name in ("figure", "image"):
+        alt = options.get("alt", "")
+        caption = _portable_lines(rest, ctx)
+        image = f"![{alt or ' '.join(caption).strip() or Path(arg).stem}]({arg})"
+        return [image, "", *(f"*{line}*" if line.strip() else line for line in caption)] if caption else [image]
+    if name == "raw":
+        return rest if arg.strip() == "html" else []
+    if name == "exercise":
+        label = options.get("label", "")
+        number = ctx.labels.get(label)
+        level = min(ctx.heading_level + 1, 6)
+        heading = _EXERCISE_HEADING.format(number=number, label=label) if number else "Exercise"
+        if arg.strip():
+            heading += f": {_inline(arg.strip(), ctx)}"
+        return ["#" * level + " " + heading, "", *_portable_lines(rest, ctx)]
+    if name == "epigraph":
+        return _quote(_portable_lines(rest, ctx))
+    # Admonitions, dropdowns and any other directive: a block quote with a bold title.
+    titled = name in ("admonition", "dropdown", "card", "topic", "sidebar") or name not in _ADMONITIONS
+    if titled:
+        title = arg.strip() or name.split(":")[-1].replace("-", " ").capitalize()
+        content = rest
+    else:
+        title = name.split(":")[-1].replace("seealso", "see also").capitalize()
+        content = ([arg.strip(), ""] if arg.strip() else []) + rest
+    lines = [f"**{_inline(title, ctx)}**"]
+    converted = _portable_lines(content, ctx)
+    if converted:
+        lines += [""] + converted
+    return _quote(lines)
+
+
+def _closes(line: str, fence: str) -> bool:
+    stripped = line.strip()
+    return (len(line) - len(line.lstrip()) <= 3 and len(stripped) >= len(fence)
+            and set(stripped) == {fence[0]})
+
+
+def _portable_lines(lines: list, ctx: _Context) -> list:
+    out, text = [], []
+
+    def flush():
+        if text:
+            out.extend(_inline("\n".join(text), ctx).split("\n"))
+            text.clear()
+
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = _FENCE_RE.match(line)
+        if fence:
+            mark, info = fence.group("fence"), fence.group("info")
+            end = next((j for j in range(i + 1, len(lines)) if _closes(lines[j], mark)), len(lines))
+            directive = _DIRECTIVE_RE.match(info)
+            flush()
+            if directive:
+                out.extend(_directive(directive.group("name"), directive.group("arg"), lines[i + 1:end], ctx))
+            elif mark[0] == ":":  # a colon fence without a directive: its content, as prose
+                out.extend(_portable_lines(lines[i + 1:end], ctx))
+            else:  # an ordinary code block: verbatim
+                out.extend(lines[i:end + 1])
+            i = end + 1
+            continue
+        if _TARGET_RE.match(line) or line.strip() == "+++" or re.match(r"^%", line):
+            i += 1  # MyST targets, block breaks and comments have no portable form
+            continue
+        heading = _HEADING_RE.match(line)
+        if heading:
+            ctx.heading_level = len(heading.group("hashes"))
+        text.append(line)
+        i += 1
+    flush()
+    # Blocks that vanished (targets, comments) may leave runs of blank lines.
+    squeezed = []
+    for line in out:
+        if not line.strip() and squeezed and not squeezed[-1].strip():
+            continue
+        squeezed.append(line)
+    return squeezed
+
+
+def portable_markdown(source: str, ctx: _Context) -> str:
+    """One Markdown cell without MyST markup (see the module's docstring)."""
+    return "\n".join(_portable_lines(source.split("\n"), ctx)).strip("\n")
+
+
+def release_notebook(nb, path: Path, registered: Optional[set] = None, portable: bool = True,
+                     settings: Optional[CourseSettings] = None):
+    """Return ``(student_notebook, regions)`` for the solution notebook ``nb``.
+
+    ``portable`` (default) gives the form written to ``chapters/``: Markdown without
+    MyST markup and an install cell before the setup cell; ``portable=False`` the
+    MyST form the student edition of the site is built from. ``settings`` (the
+    repository and the bibliography) default to those of the course folder that
+    holds ``path``.
+    """
     path = Path(path)
+    if settings is None:
+        settings = course_settings(course_root(path))
     chapter = chapter_number(path)
     student = copy.deepcopy(nb)
     cells, regions = [], []
@@ -181,8 +627,27 @@ def release_notebook(nb, path: Path, registered: Optional[set] = None):
         missing = sorted(chapter_labels - set(seen))
         if missing:
             raise ReleaseError(f"{path}: registered exercise(s) {', '.join(missing)} have no {{exercise}} directive in this notebook")
+    if portable:
+        cells = _make_portable(cells, str(path), settings)
     student.cells = cells
     return student, regions
+
+
+def _make_portable(cells: list, where: str, settings: CourseSettings) -> list:
+    ctx = _collect(cells, where, Bibliography(settings.bibfile))
+    out = []
+    for index, cell in enumerate(cells, start=1):
+        if cell.cell_type == "markdown":
+            ctx.where = f"{where}, cell {index}"
+            cell.source = portable_markdown(_src(cell), ctx)
+        if cell.cell_type == "code" and "setup" in cell.get("metadata", {}).get("tags", []) \
+                and not any(INSTALL_TAG in c.get("metadata", {}).get("tags", []) for c in out):
+            install = nbformat.v4.new_code_cell(install_cell_source(settings))
+            install.metadata["tags"] = [INSTALL_TAG]
+            install["id"] = "install-course-package"  # stable, so the file is too
+            out.append(install)
+        out.append(cell)
+    return out
 
 
 def render(nb) -> str:
@@ -204,14 +669,15 @@ def _registered() -> set:
     return {ex.label for ex in all_exercises()}
 
 
-def generate(solution_path: Path, registered: Optional[set] = None) -> tuple:
-    """Return ``(student_text, regions)`` for one solution notebook file."""
+def generate(solution_path: Path, registered: Optional[set] = None, portable: bool = True) -> tuple:
+    """Return ``(student_text, regions)`` for one solution notebook file (``portable``:
+    see :func:`release_notebook`)."""
     solution_path = Path(solution_path)
     try:
         nb = nbformat.read(solution_path, as_version=4)
     except Exception as error:  # malformed JSON or nbformat
         raise ReleaseError(f"{solution_path}: cannot be read as a notebook ({error})") from error
-    student, regions = release_notebook(nb, solution_path, registered)
+    student, regions = release_notebook(nb, solution_path, registered, portable=portable)
     return render(student), regions
 
 

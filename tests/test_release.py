@@ -8,7 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.release import ReleaseError, generate, release, release_notebook, render, solution_paths
+from attention_course.notebook import exercise_labels
+from attention_course.release import (CourseSettings, ReleaseError, generate, release, release_notebook, render,
+                                      solution_paths)
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = solution_paths(ROOT)
@@ -48,7 +50,7 @@ def test_student_notebook_carries_no_solution(path):
     assert "{solution" not in code_and_outputs
     assert all("solution-only" not in c.get("metadata", {}).get("tags", []) for c in student["cells"])
     first_exercise = next(i for i, c in enumerate(student["cells"])
-                          if c["cell_type"] == "markdown" and "{exercise}" in _text(c))
+                          if c["cell_type"] == "markdown" and exercise_labels(_text(c)))
     for cell in student["cells"][first_exercise:]:
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [] and cell["execution_count"] is None
@@ -56,14 +58,25 @@ def test_student_notebook_carries_no_solution(path):
     solution_outputs = [json.dumps(c.get("outputs", [])) for c in solution.cells[first_exercise:]
                         if c.cell_type == "code" and c.get("outputs")]
     assert solution_outputs, "the solution notebook should carry executed check outputs"
-    assert "\u2713" not in code_and_outputs.split("{exercise}", 1)[1]
+    after_first = "\n".join(_text(c) + json.dumps(c.get("outputs", [])) for c in student["cells"][first_exercise:])
+    assert "\u2713" not in after_first
     # Stubs raise with the exercise label.
     for region in regions:
         assert f'raise NotImplementedError("{region.label}: ' in code_and_outputs
 
 
-def test_release_check_mode_reports_stale_and_writes_nothing(tmp_path):
+def _course_copy(tmp_path, *solutions):
+    """A course folder holding the bibliography, the configuration and some solution notebooks."""
     (tmp_path / "solutions").mkdir()
+    for name in ("references.bib", "_config.yml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    for source in solutions:
+        (tmp_path / "solutions" / source.name).write_bytes(source.read_bytes())
+    return tmp_path
+
+
+def test_release_check_mode_reports_stale_and_writes_nothing(tmp_path):
+    _course_copy(tmp_path)
     (tmp_path / "chapters").mkdir()
     source = SOLUTIONS[0]
     (tmp_path / "solutions" / source.name).write_bytes(source.read_bytes())
@@ -79,19 +92,23 @@ def test_release_check_mode_reports_stale_and_writes_nothing(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-def test_prose_edit_shows_up_word_for_word(tmp_path):
+@pytest.mark.parametrize("portable", [True, False], ids=["portable", "myst"])
+def test_prose_edit_shows_up_word_for_word(portable):
     nb = nbformat.read(SOLUTIONS[0], as_version=4)
     index = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and i > 0)
-    nb.cells[index].source += "\n\nA brand-new sentence, *with* $x^2$ markup, kept verbatim."
-    student, _ = release_notebook(nb, SOLUTIONS[0])
-    assert student.cells[index].source == nb.cells[index].source
+    sentence = "A brand-new sentence, *with* $x^2$ and $$y^2$$ markup, `code`, kept verbatim."
+    nb.cells[index].source += "\n\n" + sentence
+    student, _ = release_notebook(nb, SOLUTIONS[0], portable=portable)
+    cell = next(c for c in student.cells if sentence in c.source)
+    assert cell.source.endswith("\n\n" + sentence)
+    if not portable:
+        assert cell.source == nb.cells[index].source
 
 
 def test_release_never_touches_solution_notebooks(tmp_path):
-    (tmp_path / "solutions").mkdir()
     source = SOLUTIONS[0]
+    _course_copy(tmp_path, source)
     copy = tmp_path / "solutions" / source.name
-    copy.write_bytes(source.read_bytes())
     before = copy.read_bytes()
     release(tmp_path)
     assert copy.read_bytes() == before
@@ -122,13 +139,14 @@ def test_good_minimal_notebook_releases():
              ("code", GOOD_CODE), ("md", "```{solution-end}\n```"), ("code", CHECK1),
              ("code", "print('answer')", "solution-only"))
     nb.cells[3].outputs = [nbformat.v4.new_output("stream", text="42\n")]
-    student, regions = release_notebook(nb, PATH)
-    sources = [c.source for c in student.cells]
-    assert sources == ["# Demo", EX1,
-                       'def f(x):\n    """Doc."""\n    raise NotImplementedError("ch09_ex1: implement f")',
-                       CHECK1]
+    stub = 'def f(x):\n    """Doc."""\n    raise NotImplementedError("ch09_ex1: implement f")'
+    student, regions = release_notebook(nb, PATH, settings=CourseSettings())
+    assert [c.source for c in student.cells] == ["# Demo", "## Exercise 1 (ch09_ex1): One\n\nDo it.", stub, CHECK1]
     assert student.cells[2].outputs == []
     assert [r.code for r in regions] == ["    return x + 1"]
+    # The MyST form (the student edition of the site) keeps the directive.
+    student, _ = release_notebook(nb, PATH, portable=False, settings=CourseSettings())
+    assert [c.source for c in student.cells] == ["# Demo", EX1, stub, CHECK1]
 
 
 @pytest.mark.parametrize("cells,message", [
@@ -174,7 +192,7 @@ def test_malformed_notebook_file_is_a_clear_error(tmp_path):
 
 
 def test_cli_reports_release_errors_without_a_traceback(tmp_path):
-    (tmp_path / "solutions").mkdir()
+    _course_copy(tmp_path)
     nb = _nb(("md", EX1), ("code", 'def f():\n    # BEGIN SOLUTION\n    return 1\n'), ("code", CHECK1))
     (tmp_path / "solutions" / "09_demo.ipynb").write_text(render(nb))
     result = subprocess.run([sys.executable, "-m", "attention_course.cli", "release", "--root", str(tmp_path)],
