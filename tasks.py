@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Set up and run the course's main jobs with nothing but Python 3.11.
 
+    python3 tasks.py lab      open the student notebooks (chapters/) in JupyterLab
     python3 tasks.py book     build the course site  -> _build/html/index.html
     python3 tasks.py test     run the whole test suite (installs Debian's chromium if missing)
     python3 tasks.py setup    only create/update the virtual environment (.venv)
+
+Arguments after the job go to the tool it runs: `python3 tasks.py lab --port 8890`,
+`python3 tasks.py test -k ch03`.
 
 Each job first makes sure `.venv` exists and holds exactly what requirements.txt
 and pyproject.toml ask for (re-installing only when one of them changed).
@@ -66,6 +70,19 @@ def _env() -> dict:
     return env
 
 
+def lab_command(extra: list) -> list:
+    """JupyterLab on the student notebooks: its file browser opens at chapters/."""
+    cmd = [BIN / "jupyter", "lab", ROOT / "chapters"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # containers and CI machines often run as root
+    return cmd + list(extra)
+
+
+def lab(extra: list) -> int:
+    setup()
+    return _run(lab_command(extra), env=_env())
+
+
 def book(extra: list) -> int:
     setup()
     status = _run([BIN / "jupyter-book", "build", ROOT, "-W", "-n", "--keep-going", *extra], env=_env())
@@ -84,7 +101,7 @@ def test(extra: list) -> int:
 
 
 def main(argv: list) -> int:
-    jobs = {"book": book, "test": test, "setup": lambda extra: (setup(), 0)[1]}
+    jobs = {"lab": lab, "book": book, "test": test, "setup": lambda extra: (setup(), 0)[1]}
     if not argv or argv[0] not in jobs:
         print(__doc__)
         return 2

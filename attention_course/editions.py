@@ -3,9 +3,13 @@
 * **full** – built in place from the course folder: chapter pages come from
   ``solutions/`` (prose, executed outputs, folded solutions). Output: ``_build/html``.
 * **student** – built from a staging copy (``_build/student-src``) whose table of
-  contents points at the generated student notebooks in ``chapters/``, which carry no
-  solution. Nothing is executed: the student notebooks keep the worked examples'
-  outputs and have the exercises' outputs cleared. Output: ``_build/student/html``.
+  contents points at student notebooks generated afresh from ``solutions/`` in their
+  **MyST** form (:func:`attention_course.release.generate` with ``portable=False``), so
+  the pages keep their exercise boxes and footnoted citations; they carry no solution.
+  The portable notebooks of ``chapters/`` (what a student opens in a notebook client)
+  are what the pages offer for download. Nothing is executed: the student notebooks
+  keep the worked examples' outputs and have the exercises' outputs cleared.
+  Output: ``_build/student/html``.
 
 Both are built with ``jupyter-book build -W -n --keep-going`` (warnings are errors).
 """
@@ -40,8 +44,10 @@ def stage_student(root: Path, staging: Path) -> Path:
     shutil.copytree(root / "_static", staging / "_static")
     shutil.copytree(root / "_extra", staging / "_extra")
     (staging / "chapters").mkdir()
-    for notebook in sorted((root / "chapters").glob("[0-9][0-9]_*.ipynb")):
-        shutil.copy2(notebook, staging / "chapters" / notebook.name)
+    from .release import generate, solution_paths
+    for solution in solution_paths(root):
+        text, _ = generate(solution, portable=False)
+        (staging / "chapters" / solution.name).write_text(text, encoding="utf-8")
 
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     config["title"] = f"{config.get('title', 'Course')} (student edition)"
@@ -49,7 +55,10 @@ def stage_student(root: Path, staging: Path) -> Path:
     # The student notebooks are shown as generated: worked examples keep their
     # outputs, exercises are empty. Executing them would only print failing checks.
     config.setdefault("execute", {})["execute_notebooks"] = "off"
-    config.setdefault("sphinx", {}).setdefault("config", {})["attention_course_edition"] = "student"
+    sphinx_config = config.setdefault("sphinx", {}).setdefault("config", {})
+    sphinx_config["attention_course_edition"] = "student"
+    # Downloads offer the portable student notebooks of the course folder, not the MyST pages' sources.
+    sphinx_config["attention_course_notebooks"] = str((root / "chapters").resolve())
     (staging / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
     toc = (root / "_toc.yml").read_text(encoding="utf-8")

@@ -283,8 +283,10 @@ class Bibliography:
             return f"{self._last(person)}, {initials}" if initials else self._last(person)
 
         names = [name(p) for p in self._people(entry)]
-        authors = (names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", and " + names[-1]) if names \
-            else fields.get("institution", "")
+        if len(names) > 2:
+            authors = ", ".join(names[:-1]) + ", and " + names[-1]
+        else:
+            authors = " and ".join(names) or fields.get("institution", "")
         title = fields.get("title", key).rstrip(".")
         venue = fields.get("journal") or fields.get("booktitle")
         details = []
@@ -357,11 +359,11 @@ def _collect(cells: list, where: str, bib: "Bibliography") -> _Context:
             if target:
                 heading = next((h for h in (_HEADING_RE.match(l) for l in lines[number + 1:] if l.strip()) if h), None)
                 ctx.targets[target.group("name")] = heading.group("text") if heading else target.group("name")
-        for match in _LABELLED_MATH_RE.finditer(source):
-            ctx.equations.setdefault(match.group("label"), len(ctx.equations) + 1)
-        for match in re.finditer(r"^[ \t]*:label:[ \t]*(\S+)", source, re.M):
-            if not _LABEL_RE.match(match.group(1)) and "{math}" in source:
-                ctx.equations.setdefault(match.group(1), len(ctx.equations) + 1)
+        found = [(m.start(), m.group("label")) for m in _LABELLED_MATH_RE.finditer(source)]
+        found += [(m.start(), m.group(1)) for m in re.finditer(r"^[ \t]*:label:[ \t]*(\S+)", source, re.M)
+                  if not _LABEL_RE.match(m.group(1)) and "{math}" in source]
+        for _, label in sorted(found):
+            ctx.equations.setdefault(label, len(ctx.equations) + 1)
         for match in _ROLE_RE.finditer(source):
             if match.group("name") in _PAREN_CITES | _TEXT_CITES:
                 for key in _keys(match.group("content")):

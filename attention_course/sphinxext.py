@@ -7,7 +7,8 @@ downloads or launches a chapter must get the **student** notebook:
 * the launch buttons (Binder, Colab, JupyterHub) of a chapter page point to
   ``chapters/NN_slug.ipynb`` in the repository;
 * the downloadable ``_sources/.../NN_slug.ipynb`` files are replaced by the
-  student notebooks when the build finishes.
+  (portable) student notebooks when the build finishes: those of ``chapters/`` in
+  the source folder, or of the folder named by ``attention_course_notebooks``.
 
 The solution markers (``# BEGIN SOLUTION``/``# END SOLUTION``) are dropped from the
 code shown on the pages.
@@ -70,11 +71,11 @@ def _hide_solution_markers(app, doctree, docname):
 def _ship_student_notebooks(app, exception):
     if exception is not None or app.builder.format != "html":
         return
-    srcdir = Path(app.srcdir)
+    notebooks = Path(app.config.attention_course_notebooks or Path(app.srcdir) / "chapters")
     sources = Path(app.outdir) / "_sources"
     for folder in ("solutions", "chapters"):
         for target in sorted((sources / folder).glob("[0-9][0-9]_*.ipynb")):
-            student = srcdir / "chapters" / target.name
+            student = notebooks / target.name
             if not student.exists():
                 raise FileNotFoundError(
                     f"attention_course.sphinxext: no student notebook {student} for the page {target.name}; "
@@ -84,6 +85,7 @@ def _ship_student_notebooks(app, exception):
 
 def setup(app):
     app.add_config_value("attention_course_edition", "full", "html")
+    app.add_config_value("attention_course_notebooks", "", "html")
     # After sphinx-book-theme has added its buttons (priority 501).
     app.connect("html-page-context", _retarget_launch_buttons, priority=600)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=600)
