@@ -1,0 +1,317 @@
+"""Attention at scale (Chapter 9): tiled attention, peak memory, a key-value cache.
+
+What the chapter and ``bench/efficient.py`` share:
+
+* :func:`naive_attention` -- scaled dot-product attention that forms the whole
+  ``(num_queries, num_keys)`` score matrix (and the weights), as in Chapters 3-6.
+* :func:`tiled_attention` -- the same function computed tile by tile: queries in blocks
+  of ``block_q``, keys and values in blocks of ``block_k``, with the online softmax (a
+  running maximum, a rescaled running sum and a rescaled running output per query). It
+  never holds more than one ``(block_q, block_k)`` tile of scores. ``causal=True`` (self-
+  attention, as many queries as keys) skips the tiles that lie wholly above the diagonal.
+* :func:`causal_tile_map` -- which tiles the causal version computes (for the figure).
+* :func:`peak_memory` -- the most bytes alive at once in PyTorch's CPU allocator while a
+  function runs, read from ``torch.profiler`` (``profile_memory=True``). CPU tensors have
+  no ``torch.cuda.max_memory_allocated``; the profiler records every allocation and free
+  made through the allocator, in order, so their running sum is exact and repeatable.
+* :class:`TinyCausalLM` -- a small decoder-only language model built from Chapter 6's
+  :class:`attention_course.multihead.MultiHeadAttention` layer (pre-norm blocks with an
+  MLP), with two ways to generate greedily: recomputing the whole sequence at every step
+  (:meth:`TinyCausalLM.forward`) or keeping each layer's keys and values in a
+  :class:`KVCache` (:meth:`TinyCausalLM.forward_cached`). :func:`generate` runs either.
+
+Conventions: tensors have any number of leading batch axes, then ``(tokens, features)``;
+scores are divided by ``sqrt(d)`` with ``d`` the size of the queries' last axis, as
+``F.scaled_dot_product_attention`` does. A key-value cache stores keys and values as
+``(batch, num_heads, tokens, head_dim)`` and grows along the tokens axis (``dim=2``).
+
+The cached attention here handles the two cases greedy generation meets: a prompt
+processed into an empty cache (ordinary causal self-attention), and one new token at a
+time (it may see every cached key, so it needs no mask). Several new tokens after a
+non-empty cache need Chapter 5's offset causal mask; the chapter leaves that case to an
+exercise, and :meth:`KVCache`-based attention here refuses it with a clear error.
+
+This module imports only torch and :mod:`attention_course.multihead`: it ships to the
+grading child with the rest of the package and holds no check and no reference answer.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import multihead as mh
+
+__all__ = ["naive_attention", "tiled_attention", "causal_tile_map", "peak_memory",
+           "KVCache", "cached_self_attention", "TinyCausalLM", "generate"]
+
+
+def _check_qkv(queries, keys, values):
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        if not isinstance(t, torch.Tensor) or t.dim() < 2:
+            raise ValueError(f"{name} must be a tensor of shape (..., tokens, features), got "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if keys.shape[-2] != values.shape[-2] or queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)} and values "
+                         f"{tuple(values.shape)} do not fit: keys and values need the same number of "
+                         f"tokens, queries and keys the same feature size")
+
+
+def naive_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                    causal: bool = False) -> torch.Tensor:
+    """Softmax attention that stores the full score matrix ``(..., num_queries, num_keys)``.
+
+    ``causal=True`` hides key ``j`` from query ``i`` when ``j > i`` (self-attention: as
+    many queries as keys).
+    """
+    _check_qkv(queries, keys, values)
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    if causal:
+        n_q, n_k = scores.shape[-2:]
+        if n_q != n_k:
+            raise ValueError(f"causal=True needs as many queries as keys, got {n_q} and {n_k}")
+        future = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+
+
+def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                    block_q: int = 128, block_k: int = 128, causal: bool = False) -> torch.Tensor:
+    """Exact softmax attention, one ``(block_q, block_k)`` tile of scores at a time.
+
+    For each block of queries it walks over the blocks of keys and values, keeping per
+    query the running maximum ``m`` of the scores seen so far, the running sum ``l`` of
+    ``exp(score - m)`` and the running output ``acc`` (the values weighted by
+    ``exp(score - m)``). When a tile raises the maximum from ``m`` to ``m_new``, the old sum
+    and output are multiplied by ``exp(m - m_new)`` first. The answer is ``acc / l``.
+    ``causal=True`` (as many queries as keys) skips every tile whose first key comes after
+    the block's last query, and masks inside the tiles that straddle the diagonal.
+    """
+    _check_qkv(queries, keys, values)
+    for name, size in (("block_q", block_q), ("block_k", block_k)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"{name} must be a positive integer, got {name}={size!r}")
+    n_q, n_k = queries.shape[-2], keys.shape[-2]
+    if causal and n_q != n_k:
+        raise ValueError(f"causal=True needs as many queries as keys, got {n_q} and {n_k}")
+    scale = 1.0 / math.sqrt(queries.shape[-1])
+    out = queries.new_empty(*queries.shape[:-1], values.shape[-1])
+    for q0 in range(0, n_q, block_q):
+        q1 = min(q0 + block_q, n_q)
+        q_blk = queries[..., q0:q1, :] * scale
+        m = q_blk.new_full((*q_blk.shape[:-1], 1), float("-inf"))
+        l = q_blk.new_zeros((*q_blk.shape[:-1], 1))
+        acc = q_blk.new_zeros((*q_blk.shape[:-1], values.shape[-1]))
+        k_stop = q1 if causal else n_k          # tiles starting after the last query: skipped
+        for k0 in range(0, k_stop, block_k):
+            k1 = min(k0 + block_k, n_k)
+            s = q_blk @ keys[..., k0:k1, :].transpose(-2, -1)
+            if causal and k1 - 1 > q0:          # this tile straddles the diagonal
+                rows = torch.arange(q0, q1, device=s.device)[:, None]
+                cols = torch.arange(k0, k1, device=s.device)[None, :]
+                s = s.masked_fill(cols > rows, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            rescale = torch.exp(m - m_new)      # exp(-inf) = 0 on the first tile
+            l = l * rescale + p.sum(dim=-1, keepdim=True)
+            acc = acc * rescale + p @ values[..., k0:k1, :]
+            m = m_new
+        out[..., q0:q1, :] = acc / l
+    return out
+
+
+def causal_tile_map(num_tokens: int, block: int) -> torch.Tensor:
+    """An int tensor ``(num_blocks, num_blocks)``: 0 a skipped tile, 1 a tile that straddles
+    the diagonal (computed, partly masked), 2 a tile wholly below it (computed, no mask)."""
+    blocks = math.ceil(num_tokens / block)
+    grid = torch.zeros(blocks, blocks, dtype=torch.long)
+    for a in range(blocks):
+        q0, q1 = a * block, min((a + 1) * block, num_tokens)
+        for b in range(blocks):
+            k0, k1 = b * block, min((b + 1) * block, num_tokens)
+            if k0 <= q1 - 1:
+                grid[a, b] = 1 if k1 - 1 > q0 else 2
+    return grid
+
+
+class _QuietStderr:
+    """The profiler's C++ side may print start/stop lines on file descriptor 2; hide them."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    def __exit__(self, *exc):
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+
+
+def peak_memory(fn: Callable[[], object]) -> tuple:
+    """Run ``fn()`` and return ``(its result, peak bytes)``.
+
+    The peak is the largest number of bytes alive at once in PyTorch's CPU allocator
+    during the call, counted from the moment the call starts (tensors that already
+    exist do not count; the result does). It comes from ``torch.profiler`` with
+    ``profile_memory=True``: every allocation (+bytes) and free (-bytes) is an event, and
+    the running sum of the events in time order is the memory in use.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    with _QuietStderr():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            result = fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return result, peak
+
+
+# ---------------------------------------------------------------- key-value cache
+
+
+class KVCache:
+    """Keys and values of every layer, each ``(batch, num_heads, tokens, head_dim)``.
+
+    ``append(layer, k, v)`` concatenates the new tokens' keys and values along the
+    tokens axis (``dim=2``) and returns the layer's full keys and values.
+    """
+
+    def __init__(self, num_layers: int):
+        self.keys: list = [None] * num_layers
+        self.values: list = [None] * num_layers
+
+    def __len__(self) -> int:
+        """The number of tokens cached (0 when empty)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple:
+        if self.keys[layer] is None:
+            self.keys[layer], self.values[layer] = k, v
+        else:
+            self.keys[layer] = torch.cat([self.keys[layer], k], dim=2)
+            self.values[layer] = torch.cat([self.values[layer], v], dim=2)
+        return self.keys[layer], self.values[layer]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
+
+
+def cached_self_attention(layer: mh.MultiHeadAttention, x_new: torch.Tensor, cache: KVCache,
+                          index: int) -> torch.Tensor:
+    """Chapter 6's ``layer`` applied to the new tokens ``x_new`` ``(batch, n_new, d_in)``,
+    attending to the cached tokens and to themselves; appends their keys and values to
+    ``cache`` (layer ``index``). Handles a prompt into an empty cache (causal) and one new
+    token after it (no mask needed)."""
+    batch, n_new, _ = x_new.shape
+    n_past = 0 if cache.keys[index] is None else cache.keys[index].shape[2]
+    if n_past and n_new > 1:
+        raise ValueError(f"{n_new} new tokens after {n_past} cached ones need the offset causal mask "
+                         f"of Chapter 5; this helper handles a prompt into an empty cache or one token")
+    if n_past + n_new > layer.context_length:
+        raise ValueError(f"num_tokens={n_past + n_new} exceeds context_length={layer.context_length}")
+
+    def heads(t):   # (batch, n_new, d_out) -> (batch, heads, n_new, head_dim)
+        return t.view(batch, n_new, layer.num_heads, layer.head_dim).transpose(1, 2)
+
+    q = heads(layer.W_query(x_new))
+    k, v = cache.append(index, heads(layer.W_key(x_new)), heads(layer.W_value(x_new)))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(layer.head_dim)
+    if n_new > 1:                         # the prompt: ordinary causal self-attention
+        scores = scores.masked_fill(layer.mask[:n_new, :n_new], float("-inf"))
+    context = torch.softmax(scores, dim=-1) @ v
+    return layer.out_proj(context.transpose(1, 2).reshape(batch, n_new, layer.d_out))
+
+
+class _Block(nn.Module):
+    """Pre-norm block: ``x + attn(norm1(x))``, then ``x + mlp(norm2(x))``."""
+
+    def __init__(self, d_model: int, num_heads: int, context_length: int):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = mh.MultiHeadAttention(d_model, d_model, context_length, 0.0, num_heads)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+    def forward_cached(self, x_new, cache: KVCache, index: int):
+        x = x_new + cached_self_attention(self.attn, self.norm1(x_new), cache, index)
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyCausalLM(nn.Module):
+    """A small decoder-only language model on Chapter 6's causal multi-head layer.
+
+    Token and learned position embeddings, ``num_layers`` pre-norm blocks, a final layer
+    norm and a linear head to ``vocab_size`` logits. ``forward(ids)`` maps token ids
+    ``(batch, tokens)`` to logits ``(batch, tokens, vocab_size)``, recomputing everything;
+    ``forward_cached(new_ids, cache)`` computes only the new tokens' logits and extends
+    ``cache``. Both give the same logits for the same tokens.
+    """
+
+    def __init__(self, vocab_size: int = 64, d_model: int = 64, num_heads: int = 4, num_layers: int = 2,
+                 context_length: int = 128):
+        super().__init__()
+        self.context_length, self.num_layers = context_length, num_layers
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding = nn.Embedding(context_length, d_model)
+        self.blocks = nn.ModuleList(_Block(d_model, num_heads, context_length) for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+
+    def _embed(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        if start + ids.shape[1] > self.context_length:
+            raise ValueError(f"num_tokens={start + ids.shape[1]} exceeds context_length={self.context_length}")
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
+        return self.token_embedding(ids) + self.position_embedding(positions)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self._embed(ids, 0)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.final_norm(x))
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.num_layers)
+
+    def forward_cached(self, new_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        x = self._embed(new_ids, len(cache))       # the new tokens sit after the cached ones
+        for index, block in enumerate(self.blocks):
+            x = block.forward_cached(x, cache, index)
+        return self.head(self.final_norm(x))
+
+
+@torch.no_grad()
+def generate(model: TinyCausalLM, prompt: torch.Tensor, num_new: int, use_cache: bool,
+             on_token: Optional[Callable[[int], None]] = None) -> torch.Tensor:
+    """Greedy generation: append ``num_new`` argmax tokens to ``prompt`` ``(batch, tokens)``.
+
+    Without the cache every step runs the model on the whole sequence so far and keeps
+    the last position's logits; with it, the prompt fills the cache once and every step
+    feeds only the newest token. ``on_token(step)`` is called after each new token
+    (the benchmark times the steps with it).
+    """
+    ids = prompt
+    cache = model.new_cache() if use_cache else None
+    fresh = prompt
+    for step in range(num_new):
+        if use_cache:
+            logits = model.forward_cached(fresh, cache)[:, -1]
+        else:
+            logits = model(ids)[:, -1]
+        fresh = logits.argmax(dim=-1, keepdim=True)
+        ids = torch.cat([ids, fresh], dim=1)
+        if on_token is not None:
+            on_token(step)
+    return ids
