@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Chapter 9's measurements: tiled attention's memory and the key-value cache's speed.
+
+    .venv/bin/python bench/efficient.py            # measure and print the tables and targets
+    .venv/bin/python bench/efficient.py --save     # also write bench/efficient_memory.csv and
+                                                   # bench/efficient_decoding.csv (the chapter reads them)
+    .venv/bin/python bench/efficient.py --quick    # small sizes only (a smoke test)
+
+**Memory.** One head of 64 features, batch 1, random queries, keys and values, sequence
+lengths 256 ... 8192; every variant gets the same tensors. ``naive`` forms the
+``(n, n)`` scores and weights (:func:`attention_course.efficient.naive_attention`),
+``tiled`` walks over tiles of 128 x 128 (:func:`attention_course.efficient.tiled_attention`),
+``sdpa`` is ``torch.nn.functional.scaled_dot_product_attention``; the ``causal`` variants
+do the same with the causal mask (the tiled one skips the tiles above the diagonal).
+Peak memory is the most bytes alive at once in PyTorch's CPU allocator during the call,
+counted from its start (inputs excluded, output included), read from ``torch.profiler``
+with ``profile_memory=True`` (:func:`attention_course.efficient.peak_memory`): exact and
+repeatable. The script also prints the analytic size of the largest intermediate (the
+``n x n`` score matrix, or one tile) and the largest absolute difference from SDPA's
+output. Times (milliseconds, the faster of two runs outside the profiler) are printed
+too, to say honestly what pure PyTorch on a CPU does *not* show: a speed-up.
+
+**Decoding.** :class:`attention_course.efficient.TinyCausalLM` (vocabulary 256,
+d_model 128, 4 heads, 4 blocks built on Chapter 6's ``MultiHeadAttention``, random
+weights, seed 0) generates 512 tokens greedily after an 8-token prompt, once recomputing
+the whole sequence at every step and once with a key-value cache. Both must produce the
+same tokens. Every step is timed; the two methods run alternately for ``--rounds``
+rounds and the table keeps, for every step, the fastest of the rounds (other processes
+on a shared machine can only make a step slower). The speed-up after ``N`` generated
+tokens is the ratio of the summed step times of the first ``N`` steps.
+
+``torch.set_num_threads(2)`` (``--threads``). The script prints PASS/FAIL lines for the
+chapter's targets and never asserts: timings depend on the machine and its load.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from attention_course import efficient as eff  # noqa: E402
+
+HEAD_DIM, BLOCK = 64, 128
+LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
+QUICK_LENGTHS = [256, 1024]
+MEMORY_CSV = ROOT / "bench" / "efficient_memory.csv"
+DECODING_CSV = ROOT / "bench" / "efficient_decoding.csv"
+MODEL = dict(vocab_size=256, d_model=128, num_heads=4, num_layers=4)
+PROMPT, GENERATED = 8, 512
+CHECKPOINTS = [32, 64, 128, 256, 512]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def provenance(threads: int) -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"measured by bench/efficient.py on {_dt.date.today().isoformat()}: torch {torch.__version__}, "
+            f"torch.set_num_threads({threads}) on a {os.cpu_count()}-core {cpu_name()}; "
+            f"1-minute load average at the end {load:.1f}")
+
+
+def best_ms(fn, runs: int = 2) -> float:
+    best = math.inf
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+# ---------------------------------------------------------------- memory
+
+def memory_sweep(lengths: list) -> list:
+    rows = []
+    for n in lengths:
+        g = torch.Generator().manual_seed(n)
+        q, k, v = (torch.randn(1, 1, n, HEAD_DIM, generator=g) for _ in range(3))
+        for causal in (False, True):
+            variants = {
+                "naive": lambda: eff.naive_attention(q, k, v, causal=causal),
+                "tiled": lambda: eff.tiled_attention(q, k, v, BLOCK, BLOCK, causal=causal),
+                "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+            }
+            reference, _ = eff.peak_memory(variants["sdpa"])
+            for name, fn in variants.items():
+                out, peak = eff.peak_memory(fn)
+                err = (out - reference).abs().max().item()
+                ms = best_ms(fn, runs=1 if n >= 4096 and name != "sdpa" else 2)
+                largest = {"naive": 4 * n * n, "tiled": 4 * BLOCK * BLOCK, "sdpa": 0}[name]
+                rows.append(dict(tokens=n, variant=name + (" causal" if causal else ""), peak_bytes=peak,
+                                 largest_intermediate_bytes=largest, max_abs_err_vs_sdpa=err, ms=ms))
+                del out
+            print(f"  {n:>5} tokens{' causal' if causal else '':7} done", file=sys.stderr)
+    return rows
+
+
+def print_memory(rows: list) -> None:
+    print(f"{'tokens':>6} {'variant':>13} | {'peak MB':>9} {'largest tensor MB':>17} | "
+          f"{'max |err| vs SDPA':>17} | {'ms':>8}")
+    for r in rows:
+        largest = f"{r['largest_intermediate_bytes'] / 2**20:17.3f}" if r["largest_intermediate_bytes"] else \
+            f"{'(fused)':>17}"
+        print(f"{r['tokens']:>6} {r['variant']:>13} | {r['peak_bytes'] / 2**20:9.3f} {largest} | "
+              f"{r['max_abs_err_vs_sdpa']:17.2e} | {r['ms']:8.1f}")
+
+
+def causal_tiles(n: int) -> tuple:
+    grid = eff.causal_tile_map(n, BLOCK)
+    return int((grid > 0).sum()), grid.numel()
+
+
+# ---------------------------------------------------------------- decoding
+
+def decoding(generated: int, rounds: int) -> dict:
+    torch.manual_seed(0)
+    model = eff.TinyCausalLM(context_length=PROMPT + generated, **MODEL).eval()
+    prompt = torch.randint(0, MODEL["vocab_size"], (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    for use_cache in (False, True):                      # warm-up
+        eff.generate(model, prompt, 16, use_cache)
+    steps = {False: [math.inf] * generated, True: [math.inf] * generated}
+    totals = {False: math.inf, True: math.inf}
+    outputs = {}
+    for r in range(rounds):
+        for use_cache in (False, True):
+            stamps = [time.perf_counter()]
+            ids = eff.generate(model, prompt, generated, use_cache,
+                               on_token=lambda step: stamps.append(time.perf_counter()))
+            durations = [b - a for a, b in zip(stamps, stamps[1:])]
+            steps[use_cache] = [min(old, new) for old, new in zip(steps[use_cache], durations)]
+            totals[use_cache] = min(totals[use_cache], stamps[-1] - stamps[0])
+            outputs[use_cache] = ids
+        print(f"  decoding round {r + 1}/{rounds} done", file=sys.stderr)
+    with torch.no_grad():   # the last step's logits, both ways, on the full generated sequence
+        full = model(outputs[True][:, :-1])[:, -1]
+        cache = model.new_cache()
+        model.forward_cached(outputs[True][:, :PROMPT], cache)
+        for t in range(PROMPT, outputs[True].shape[1] - 1):
+            last = model.forward_cached(outputs[True][:, t:t + 1], cache)[:, -1]
+    return dict(steps=steps, totals=totals, same_tokens=torch.equal(outputs[False], outputs[True]),
+                logit_gap=(full - last).abs().max().item(), cache_bytes=cache.nbytes(),
+                tokens=outputs[True][0, PROMPT:PROMPT + 12].tolist())
+
+
+def cumulative_speedups(steps: dict, checkpoints: list) -> dict:
+    return {n: sum(steps[False][:n]) / sum(steps[True][:n]) for n in checkpoints if n <= len(steps[True])}
+
+
+# ---------------------------------------------------------------- main
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--save", action="store_true", help="write the CSV files the chapter reads")
+    parser.add_argument("--quick", action="store_true", help="small sizes only")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    lengths = QUICK_LENGTHS if args.quick else LENGTHS
+    generated = 64 if args.quick else GENERATED
+
+    print(f"{provenance(args.threads)}\n")
+    print(f"== Memory: one head of {HEAD_DIM}, batch 1, tiles of {BLOCK} x {BLOCK}; peak MB = most bytes alive "
+          f"at once in the CPU allocator during the call (torch.profiler)\n")
+    rows = memory_sweep(lengths)
+    print_memory(rows)
+    top = max(lengths)
+    by = {(r["tokens"], r["variant"]): r for r in rows}
+    computed, total = causal_tiles(top)
+    print(f"\ncausal tiling at {top} tokens: {computed} of {total} tiles computed "
+          f"({computed / total:.1%}), {total - computed} skipped above the diagonal")
+
+    print(f"\n== Decoding: TinyCausalLM {MODEL}, prompt {PROMPT} tokens, {generated} generated greedily, "
+          f"fastest of {args.rounds} rounds per step\n")
+    dec = decoding(generated, args.rounds)
+    speedups = cumulative_speedups(dec["steps"], CHECKPOINTS + [generated])
+    print(f"same tokens with and without the cache: {dec['same_tokens']}; last-step logits differ by at most "
+          f"{dec['logit_gap']:.2e}; first generated tokens {dec['tokens']}")
+    print(f"cache after {PROMPT + generated - 1} tokens: {dec['cache_bytes'] / 2**20:.2f} MB")
+    print(f"{'generated':>9} | {'recompute ms':>12} {'cached ms':>10} | {'speed-up':>8}")
+    for n, s in speedups.items():
+        print(f"{n:>9} | {sum(dec['steps'][False][:n]) * 1e3:12.1f} {sum(dec['steps'][True][:n]) * 1e3:10.1f} | "
+              f"{s:7.1f}x")
+    for use_cache in (False, True):
+        per = dec["steps"][use_cache]
+        print(f"{'cached' if use_cache else 'recompute':>9}: ms per token at step 1 {per[0] * 1e3:.2f}, "
+              f"step {generated // 2} {per[generated // 2 - 1] * 1e3:.2f}, step {generated} {per[-1] * 1e3:.2f}; "
+              f"fastest whole run {dec['totals'][use_cache] * 1e3:.0f} ms")
+
+    naive, tiled = by[(top, "naive")], by[(top, "tiled")]
+    ratio = tiled["peak_bytes"] / naive["peak_bytes"]
+    worst_err = max(by[(top, "tiled")]["max_abs_err_vs_sdpa"], by[(top, "tiled causal")]["max_abs_err_vs_sdpa"])
+    whole = dec["totals"][False] / dec["totals"][True]
+    print("\n== Targets (side by side, this run)")
+    lines = [
+        (ratio <= 0.1, f"tiled peak memory at {top} tokens <= 1/10 of naive: {tiled['peak_bytes'] / 2**20:.2f} MB vs "
+                       f"{naive['peak_bytes'] / 2**20:.2f} MB = 1/{1 / ratio:.0f}"),
+        (worst_err <= 1e-5, f"tiled within 1e-5 of SDPA at {top} tokens: max |err| {worst_err:.2e} "
+                            f"(plain {by[(top, 'tiled')]['max_abs_err_vs_sdpa']:.2e}, "
+                            f"causal {by[(top, 'tiled causal')]['max_abs_err_vs_sdpa']:.2e})"),
+        (speedups[generated] >= 5, f"KV-cache decoding >= 5x faster at {generated} generated tokens: "
+                                   f"{speedups[generated]:.1f}x (summed fastest steps), {whole:.1f}x "
+                                   f"(fastest whole runs)"),
+    ]
+    for ok, text in lines:
+        print(f"{'PASS' if ok else 'FAIL'}  {text}")
+    print(f"(not a target: at {top} tokens tiled takes {tiled['ms']:.0f} ms, naive {naive['ms']:.0f} ms, "
+          f"sdpa {by[(top, 'sdpa')]['ms']:.0f} ms: pure PyTorch tiling saves memory, not time)")
+
+    if args.save:
+        stamp = provenance(args.threads)
+        with MEMORY_CSV.open("w", encoding="utf-8") as f:
+            f.write(f"# {stamp}\n# one head of {HEAD_DIM} features, batch 1, tiles of {BLOCK} x {BLOCK}; peak_bytes = "
+                    f"most bytes alive at once in the CPU allocator during the call (torch.profiler), inputs "
+                    f"excluded; ms = faster of two runs (one at 4096+ tokens for naive and tiled)\n")
+            f.write("tokens,variant,peak_bytes,largest_intermediate_bytes,max_abs_err_vs_sdpa,ms\n")
+            for r in rows:
+                f.write(f"{r['tokens']},{r['variant']},{r['peak_bytes']},{r['largest_intermediate_bytes']},"
+                        f"{r['max_abs_err_vs_sdpa']:.3e},{r['ms']:.2f}\n")
+        with DECODING_CSV.open("w", encoding="utf-8") as f:
+            f.write(f"# {stamp}\n# TinyCausalLM {MODEL}, random weights (seed 0), prompt {PROMPT} tokens, greedy; "
+                    f"ms = fastest of {args.rounds} rounds for each step; same tokens both ways: "
+                    f"{dec['same_tokens']}\n")
+            f.write("step,context_tokens,recompute_ms,cached_ms\n")
+            for i, (a, b) in enumerate(zip(dec["steps"][False], dec["steps"][True])):
+                f.write(f"{i + 1},{PROMPT + i},{a * 1e3:.4f},{b * 1e3:.4f}\n")
+        print(f"\nwrote {MEMORY_CSV.relative_to(ROOT)} and {DECODING_CSV.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
