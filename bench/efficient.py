@@ -17,7 +17,7 @@ counted from its start (inputs excluded, output included), read from ``torch.pro
 with ``profile_memory=True`` (:func:`attention_course.efficient.peak_memory`): exact and
 repeatable. The script also prints the analytic size of the largest intermediate (the
 ``n x n`` score matrix, or one tile) and the largest absolute difference from SDPA's
-output. Times (milliseconds, the faster of two runs outside the profiler) are printed
+output. Times (milliseconds, the fastest of three runs outside the profiler) are printed
 too, to say honestly what pure PyTorch on a CPU does *not* show: a speed-up.
 
 **Decoding.** :class:`attention_course.efficient.TinyCausalLM` (vocabulary 256,
@@ -103,7 +103,7 @@ def memory_sweep(lengths: list) -> list:
             for name, fn in variants.items():
                 out, peak = eff.peak_memory(fn)
                 err = (out - reference).abs().max().item()
-                ms = best_ms(fn, runs=1 if n >= 4096 and name != "sdpa" else 2)
+                ms = best_ms(fn, runs=3)
                 largest = {"naive": 4 * n * n, "tiled": 4 * BLOCK * BLOCK, "sdpa": 0}[name]
                 rows.append(dict(tokens=n, variant=name + (" causal" if causal else ""), peak_bytes=peak,
                                  largest_intermediate_bytes=largest, max_abs_err_vs_sdpa=err, ms=ms))
@@ -229,7 +229,7 @@ def main() -> int:
         with MEMORY_CSV.open("w", encoding="utf-8") as f:
             f.write(f"# {stamp}\n# one head of {HEAD_DIM} features, batch 1, tiles of {BLOCK} x {BLOCK}; peak_bytes = "
                     f"most bytes alive at once in the CPU allocator during the call (torch.profiler), inputs "
-                    f"excluded; ms = faster of two runs (one at 4096+ tokens for naive and tiled)\n")
+                    f"excluded; ms = fastest of three runs\n")
             f.write("tokens,variant,peak_bytes,largest_intermediate_bytes,max_abs_err_vs_sdpa,ms\n")
             for r in rows:
                 f.write(f"{r['tokens']},{r['variant']},{r['peak_bytes']},{r['largest_intermediate_bytes']},"
