@@ -148,6 +148,11 @@ def _gradescope(args) -> int:
     return 0
 
 
+def _progress(args) -> int:
+    from .progress import main as progress_main
+    return progress_main(args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attention-course", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -195,6 +200,13 @@ def main(argv=None) -> int:
     gsc.add_argument("--memory-limit", type=int, default=1024)
     gsc.add_argument("--extra-checks", help="folder of .py files adding private checks, shipped in the zip")
     gsc.set_defaults(func=_gradescope)
+
+    prg = sub.add_parser("progress", help="self-study: run the public checks of your notebooks and show what is done")
+    prg.add_argument("path", nargs="?", help="a notebook, or a folder of them (default: chapters/ if present, else .)")
+    prg.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
+                     help="sandboxed workers (default: 2)")
+    prg.add_argument("--time-limit", type=float, default=10.0, help="seconds per exercise (default 10)")
+    prg.set_defaults(func=_progress)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -1,0 +1,301 @@
+"""``attention-course progress [PATH]``: where a self-study reader stands.
+
+It finds the reader's own chapter notebooks (a notebook, or every ``.ipynb`` under a
+folder; by default ``chapters/``), runs the **public** checks of every exercise in
+them -- the same checks as the notebook's check cells, at the same fixed seeds -- and
+prints one table per notebook: each exercise, its checks passed, the next exercise
+to do, and a total for the course.
+
+The reader's code runs exactly as the grader runs a student's: in a sandboxed child
+process (:mod:`attention_course.grading`) that executes only the setup cell and the
+exercise's cells, with a time and memory limit per exercise. An infinite loop, a
+crash or a ``sys.exit()`` in one exercise costs that exercise, never the command.
+Notebooks that are not course notebooks are named and skipped.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import textwrap
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells
+from .registry import LABEL_RE
+
+SKIP_DIRS = {".git", ".venv", "venv", "_build", "node_modules", "__pycache__", ".ipynb_checkpoints", "site-packages"}
+
+# How an exercise stands.
+DONE, FAILING, NOT_STARTED, MISSING = "done", "failing", "not started", "missing"
+
+
+class NotCourseNotebook(ValueError):
+    """A file that is not one of the course's chapter notebooks."""
+
+
+@dataclass
+class ExerciseProgress:
+    label: str
+    title: str
+    name: str
+    passed: int
+    total: int
+    status: str
+    reason: str = ""
+
+
+@dataclass
+class NotebookProgress:
+    path: Path
+    chapter: int
+    title: str
+    exercises: list = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return sum(e.status == DONE for e in self.exercises)
+
+    @property
+    def next(self) -> Optional[ExerciseProgress]:
+        return next((e for e in self.exercises if e.status != DONE), None)
+
+
+# ------------------------------------------------------------------ finding notebooks
+
+def find_notebooks(path: Path) -> list:
+    """``path`` itself, or every notebook under the folder ``path`` (sorted)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such notebook or folder")
+    found = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        found += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".ipynb") and not f.startswith(".")]
+    return sorted(found)
+
+
+def identify(path: Path) -> tuple:
+    """``(chapter, title)`` of a course notebook; :class:`NotCourseNotebook` otherwise."""
+    from .registry import all_exercises
+    try:
+        cells = load_cells(path)
+    except NotebookError as error:
+        raise NotCourseNotebook(str(error)) from error
+    labels = list(exercise_code(cells))
+    labels += [m for c in cells if c.get("cell_type") == "code" for m in _CHECK_RE.findall(_src(c))]
+    chapters = Counter(int(LABEL_RE.match(label).group(1)) for label in labels if LABEL_RE.match(label))
+    if not chapters:
+        raise NotCourseNotebook(f"{Path(path).name}: it has no exercise (such as \"Exercise 1 (ch01_ex1)\") "
+                                f"and no check cell (check(\"chNN_exM\", ...))")
+    chapter = chapters.most_common(1)[0][0]
+    if not all_exercises(chapter):
+        raise NotCourseNotebook(f"{Path(path).name}: its exercises belong to chapter {chapter}, "
+                                f"which this course does not have")
+    title = next((line[2:].strip() for c in cells if c.get("cell_type") == "markdown"
+                  for line in _src(c).splitlines() if line.startswith("# ")), Path(path).stem)
+    return chapter, title
+
+
+# ------------------------------------------------------------------ running the public checks
+
+def public_plan(chapter: int):
+    """A grading plan holding each exercise's public checks at their fixed seeds."""
+    import torch
+
+    from .checking import outcomes_for
+    from .grading.grader import CheckPlan, ExercisePlan, GradingPlan, _blocked_names, standard_setup
+    from .registry import all_exercises
+
+    state = torch.random.get_rng_state()
+    try:
+        plans = []
+        for ex in all_exercises(chapter):
+            checks = []
+            for index, check in enumerate(ex.public_checks):
+                calls = check.make_calls(check.seed)
+                checks.append(CheckPlan(check, index, check.seed, calls, outcomes_for(ex.reference, calls, ex.kind)))
+            plans.append(ExercisePlan(ex, ex.label, checks, _blocked_names(ex)))
+    finally:
+        torch.random.set_rng_state(state)
+    return GradingPlan(chapter, 0, plans, standard_setup(chapter))
+
+
+def _status(result) -> tuple:
+    passed = sum(c.passed for c in result.checks)
+    total = len(result.checks)
+    if total and passed == total:
+        return DONE, ""
+    if "not implemented yet" in result.reason or (result.checks and all(
+            "NotImplementedError" in c.reason or "not implemented" in c.reason for c in result.checks)):
+        return NOT_STARTED, ""
+    if result.reason and not any(c.passed for c in result.checks):
+        status = MISSING if "no cells for" in result.reason or "define no" in result.reason else FAILING
+        return status, result.reason
+    failed = next((c for c in result.checks if not c.passed), None)
+    return FAILING, f"{failed.check}: {failed.reason}" if failed else result.reason
+
+
+def run_progress(notebooks: list, jobs: int = 2, time_limit: float = 10.0, memory_mb: int = 1024,
+                 progress=None) -> list:
+    """Check every course notebook of ``notebooks`` ((path, chapter, title) triples)."""
+    import torch
+
+    from .grading.grader import Grader, Submission
+    from .grading.sandbox import Sandbox
+
+    if not notebooks:
+        return []
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    sandbox = Sandbox(jobs=jobs)
+    try:
+        sandbox.launch()  # the sandbox's processes import torch while the plans are computed
+        plans = {chapter: public_plan(chapter) for chapter in sorted({c for _, c, _ in notebooks})}
+        sandbox.wait_ready()
+        out = []
+        for path, chapter, title in notebooks:
+            plan = plans[chapter]
+            [result] = Grader(plan, sandbox, time_limit, memory_mb).grade([Submission(path.stem, path)])
+            book = NotebookProgress(path, chapter, title)
+            for ep, er in zip(plan.exercises, result.exercises):
+                status, reason = _status(er)
+                if result.problem:
+                    status, reason = MISSING, result.problem
+                book.exercises.append(ExerciseProgress(ep.label, ep.exercise.title, ep.exercise.name,
+                                                       sum(c.passed for c in er.checks), len(er.checks),
+                                                       status, reason))
+            out.append(book)
+            if progress:
+                progress(path)
+    finally:
+        sandbox.close()
+        torch.set_num_threads(old_threads)
+    return out
+
+
+# ------------------------------------------------------------------ the report
+
+class _Style:
+    def __init__(self, color: bool):
+        self.color = color
+
+    def __call__(self, text: str, *codes: str) -> str:
+        if not self.color or not codes:
+            return text
+        table = {"bold": "1", "dim": "2", "green": "32", "red": "31", "yellow": "33", "cyan": "36"}
+        return "\033[" + ";".join(table[c] for c in codes) + "m" + text + "\033[0m"
+
+
+_MARK = {DONE: ("\u2713", "green"), FAILING: ("\u2717", "red"), MISSING: ("\u2717", "red"),
+         NOT_STARTED: ("\u00b7", "dim")}
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = round(width * done / total) if total else 0
+    return "\u2588" * filled + "\u2591" * (width - filled)
+
+
+def _shorten(text: str, width: int) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= width else text[: max(0, width - 1)] + "\u2026"
+
+
+def render(books: list, skipped: list, color: bool = False, width: Optional[int] = None) -> str:
+    """The report: one table per notebook, then the total."""
+    style = _Style(color)
+    width = width or shutil.get_terminal_size((100, 24)).columns
+    lines = []
+    for book in sorted(books, key=lambda b: (b.chapter, str(b.path))):
+        lines.append(style(f"Chapter {book.chapter} \u00b7 {book.title}", "bold") + "  "
+                     + style(str(book.path), "dim"))
+        title_width = max(len(e.title) for e in book.exercises)
+        for e in book.exercises:
+            mark, colour = _MARK[e.status]
+            state = {DONE: "done", NOT_STARTED: "not started"}.get(e.status, e.status)
+            lines.append(f"  {style(mark, colour)} {e.label}  {e.title.ljust(title_width)}  "
+                         f"{e.passed}/{e.total} checks  " + style(state, "dim" if e.status == NOT_STARTED else colour))
+            if e.reason and e.status in (FAILING, MISSING):
+                wrapped = textwrap.wrap(re.sub(r"\s+", " ", e.reason), max(40, width - 6))
+                if len(wrapped) > 3:
+                    wrapped = wrapped[:3]
+                    wrapped[-1] = _shorten(wrapped[-1] + " …", max(40, width - 6))
+                lines += [style("      " + line, "dim") for line in wrapped]
+        nxt = book.next
+        summary = f"  {_bar(book.done, len(book.exercises))} {book.done}/{len(book.exercises)} exercises done"
+        lines.append(style(summary, "green" if nxt is None else "cyan"))
+        if nxt is None:
+            lines.append(style("  every exercise of this chapter passes its public checks", "green"))
+        else:
+            lines.append(f"  next: {style(nxt.label, 'bold')} {nxt.title} (write `{nxt.name}`)")
+        lines.append("")
+    for path, reason in skipped:
+        lines.append(style(f"skipped {path}: {reason}", "yellow"))
+    if skipped:
+        lines.append("")
+    if books:
+        exercises = [e for b in books for e in b.exercises]
+        done = sum(e.status == DONE for e in exercises)
+        checks = sum(e.passed for e in exercises), sum(e.total for e in exercises)
+        pending = [(b, b.next) for b in sorted(books, key=lambda b: (b.chapter, str(b.path))) if b.next]
+        total = (f"Total: {done}/{len(exercises)} exercises done, {checks[0]}/{checks[1]} public checks passed, "
+                 f"in {len(books)} notebook{'s' if len(books) != 1 else ''}")
+        total += f" \u00b7 next: {pending[0][1].label} {pending[0][1].title}" if pending else " \u00b7 all done!"
+        lines.append(style(total, "bold"))
+    return "\n".join(lines) + "\n"
+
+
+def main(args) -> int:
+    """The ``attention-course progress`` command (arguments parsed by :mod:`attention_course.cli`)."""
+    target = Path(args.path) if args.path else (Path("chapters") if Path("chapters").is_dir() else Path("."))
+    try:
+        paths = find_notebooks(target)
+    except FileNotFoundError as error:
+        print(f"attention-course progress: {error}", file=sys.stderr)
+        return 2
+    notebooks, skipped = [], []
+    for path in paths:
+        try:
+            chapter, title = identify(path)
+        except NotCourseNotebook as error:
+            reason = str(error)
+            skipped.append((path, reason[len(path.name) + 2:] if reason.startswith(path.name + ": ") else reason))
+            continue
+        notebooks.append((path, chapter, title))
+    if not notebooks:
+        if target.is_file():
+            reason = skipped[0][1] if skipped else "not a notebook"
+            print(f"attention-course progress: {target} is not a course notebook: {reason}", file=sys.stderr)
+        else:
+            print(f"attention-course progress: no course notebook under {target}"
+                  + (f" ({len(skipped)} other notebook{'s' if len(skipped) != 1 else ''}):" if skipped else ""),
+                  file=sys.stderr)
+            for path, reason in skipped:
+                print(f"  {path}: {reason}", file=sys.stderr)
+        print("A course notebook is a chapter's student notebook (chapters/NN_slug.ipynb), with its exercises "
+              "(\"Exercise 1 (ch01_ex1): ...\") and check cells (check(\"ch01_ex1\", ...)).", file=sys.stderr)
+        return 2
+    tty = sys.stderr.isatty()
+    bar = None
+    if tty:
+        from tqdm import tqdm
+        bar = tqdm(total=len(notebooks), desc="checking", unit="notebook", file=sys.stderr, leave=False)
+    start = time.perf_counter()
+    try:
+        books = run_progress(notebooks, jobs=args.jobs, time_limit=args.time_limit,
+                             progress=(lambda path: bar.update(1)) if bar else None)
+    finally:
+        if bar:
+            bar.close()
+    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    print(render(books, skipped, color=color), end="")
+    note = (f"(the public checks of the check cells, run in a sandbox in {time.perf_counter() - start:.1f} s; "
+            f"a graded assignment uses hidden checks too)")
+    print(_Style(color)(note, "dim"), flush=True)
+    return 0
