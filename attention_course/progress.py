@@ -144,10 +144,13 @@ def _status(result) -> tuple:
 
 def run_progress(notebooks: list, jobs: int = 2, time_limit: float = 10.0, memory_mb: int = 1024,
                  progress=None) -> list:
-    """Check every course notebook of ``notebooks`` ((path, chapter, title) triples)."""
+    """Check every exercise of the course notebooks ``notebooks`` ((path, chapter, title)
+    triples); ``progress()`` is called once per exercise checked."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
     import torch
 
-    from .grading.grader import Grader, Submission
+    from .grading.grader import Grader, Submission, prepare
     from .grading.sandbox import Sandbox
 
     if not notebooks:
@@ -159,25 +162,43 @@ def run_progress(notebooks: list, jobs: int = 2, time_limit: float = 10.0, memor
         sandbox.launch()  # the sandbox's processes import torch while the plans are computed
         plans = {chapter: public_plan(chapter) for chapter in sorted({c for _, c, _ in notebooks})}
         sandbox.wait_ready()
-        out = []
+        graders = {chapter: Grader(plan, sandbox, time_limit, memory_mb) for chapter, plan in plans.items()}
+        books, tasks = [], []
         for path, chapter, title in notebooks:
             plan = plans[chapter]
-            [result] = Grader(plan, sandbox, time_limit, memory_mb).grade([Submission(path.stem, path)])
-            book = NotebookProgress(path, chapter, title)
-            for ep, er in zip(plan.exercises, result.exercises):
-                status, reason = _status(er)
-                if result.problem:
-                    status, reason = MISSING, result.problem
-                book.exercises.append(ExerciseProgress(ep.label, ep.exercise.title, ep.exercise.name,
-                                                       sum(c.passed for c in er.checks), len(er.checks),
-                                                       status, reason))
-            out.append(book)
-            if progress:
-                progress(path)
+            book = NotebookProgress(path, chapter, title,
+                                    [ExerciseProgress(ep.label, ep.exercise.title, ep.exercise.name, 0,
+                                                      len(ep.checks), MISSING) for ep in plan.exercises])
+            books.append(book)
+            try:
+                prepared = prepare(Submission(path.stem, path), plan)
+            except (NotebookError, OSError) as error:
+                for e in book.exercises:
+                    e.reason = f"the notebook cannot be read: {error}"
+                continue
+            tasks += [(book, i, graders[chapter], ep, prepared) for i, ep in enumerate(plan.exercises)]
+
+        def work(task):
+            book, i, grader, ep, prepared = task
+            try:
+                result = grader.grade_exercise(ep, prepared)
+            except Exception as error:  # noqa: BLE001 - one exercise's trouble must not stop the report
+                book.exercises[i].reason = f"could not be checked: {type(error).__name__}: {error}"
+                return
+            status, reason = _status(result)
+            e = book.exercises[i]
+            e.passed, e.total, e.status, e.reason = sum(c.passed for c in result.checks), len(result.checks), \
+                status, reason
+
+        with ThreadPoolExecutor(max_workers=sandbox.jobs) as pool:
+            for future in as_completed([pool.submit(work, task) for task in tasks]):
+                future.result()
+                if progress:
+                    progress()
+        return books
     finally:
         sandbox.close()
         torch.set_num_threads(old_threads)
-    return out
 
 
 # ------------------------------------------------------------------ the report
@@ -244,10 +265,13 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
         done = sum(e.status == DONE for e in exercises)
         checks = sum(e.passed for e in exercises), sum(e.total for e in exercises)
         pending = [(b, b.next) for b in sorted(books, key=lambda b: (b.chapter, str(b.path))) if b.next]
-        total = (f"Total: {done}/{len(exercises)} exercises done, {checks[0]}/{checks[1]} public checks passed, "
-                 f"in {len(books)} notebook{'s' if len(books) != 1 else ''}")
-        total += f" \u00b7 next: {pending[0][1].label} {pending[0][1].title}" if pending else " \u00b7 all done!"
-        lines.append(style(total, "bold"))
+        lines.append(style(f"Total: {done}/{len(exercises)} exercises done, {checks[0]}/{checks[1]} public checks "
+                           f"passed, in {len(books)} notebook{'s' if len(books) != 1 else ''}", "bold"))
+        if pending:
+            book, nxt = pending[0]
+            lines.append(f"Next:  {style(nxt.label, 'bold')} {nxt.title} ({book.path})")
+        else:
+            lines.append(style("All done: every exercise passes its public checks.", "green", "bold"))
     return "\n".join(lines) + "\n"
 
 
@@ -281,15 +305,16 @@ def main(args) -> int:
         print("A course notebook is a chapter's student notebook (chapters/NN_slug.ipynb), with its exercises "
               "(\"Exercise 1 (ch01_ex1): ...\") and check cells (check(\"ch01_ex1\", ...)).", file=sys.stderr)
         return 2
-    tty = sys.stderr.isatty()
     bar = None
-    if tty:
+    if sys.stderr.isatty():
         from tqdm import tqdm
-        bar = tqdm(total=len(notebooks), desc="checking", unit="notebook", file=sys.stderr, leave=False)
+        from .registry import all_exercises
+        total = sum(len(all_exercises(chapter)) for _, chapter, _ in notebooks)
+        bar = tqdm(total=total, desc="checking your exercises", unit="exercise", file=sys.stderr, leave=False)
     start = time.perf_counter()
     try:
         books = run_progress(notebooks, jobs=args.jobs, time_limit=args.time_limit,
-                             progress=(lambda path: bar.update(1)) if bar else None)
+                             progress=(lambda: bar.update(1)) if bar else None)
     finally:
         if bar:
             bar.close()

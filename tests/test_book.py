@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.release import generate, solution_paths
+from attention_course.release import course_settings, generate, solution_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ["Overview", "Prerequisites", "Summary", "Exercises", "References"]
@@ -98,14 +98,27 @@ def test_student_edition_has_no_solution_anywhere(student_site):
     assert not leaks, leaks[:10]
 
 
-def test_full_edition_offers_student_notebooks_for_download_and_launch(full_site):
-    status, log, html_dir = full_site
+@pytest.mark.parametrize("edition", ["full", "student"])
+def test_both_editions_offer_the_portable_student_notebooks_for_download_and_launch(edition, full_site,
+                                                                                   student_site):
+    status, log, html_dir = full_site if edition == "full" else student_site
     assert status == 0, log[-3000:]
+    folder = "solutions" if edition == "full" else "chapters"
+    repository = course_settings(ROOT).repository_url.rstrip("/").split("github.com/")[1]
     for path in solution_paths(ROOT):
-        page = (html_dir / "solutions" / path.name).with_suffix(".html").read_text(encoding="utf-8")
-        download = html_dir / "_sources" / "solutions" / path.name
-        assert f'href="../_sources/solutions/{path.name}"' in page
+        page = (html_dir / folder / path.name).with_suffix(".html").read_text(encoding="utf-8")
+        download = html_dir / "_sources" / folder / path.name
+        assert f'href="../_sources/{folder}/{path.name}"' in page
+        # What a reader downloads is the committed, portable student notebook (not the
+        # MyST form the student pages are built from, nor the solution notebook).
         assert download.read_bytes() == (ROOT / "chapters" / path.name).read_bytes()
         launches = re.findall(r'href="(https://(?:mybinder\.org|colab\.research\.google\.com)[^"]+)"', page)
         assert len(launches) == 2, launches
         assert all(f"chapters/{path.name}" in url and "solutions/" not in url for url in launches)
+        # The launch buttons come from the one repository setting of _config.yml.
+        assert all(repository in url for url in launches), launches
+    # The student pages keep the exercise boxes of the MyST form.
+    if edition == "student":
+        assert 'class="exercise' in (html_dir / "chapters" / solution_paths(ROOT)[0].name).with_suffix(".html") \
+            .read_text(encoding="utf-8")
+
