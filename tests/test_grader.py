@@ -320,6 +320,55 @@ def test_calling_the_course_reference_earns_no_credit(sandbox, tmp_path):
     assert ex(r, "ch03_ex4").points == ex(r, "ch03_ex4").max_points  # the rest is graded normally
 
 
+GC_ROUTE = """import gc
+_found = [o for o in gc.get_objects() if isinstance(o, type) and o.__name__ == "AdditiveAttention"
+          and o.__module__.startswith("attention_course")]
+AdditiveAttention = _found[0]
+"""
+SUBCLASS_ROUTE = """import attention_course.functional as _f
+class AdditiveAttention(_f.AdditiveAttention):
+    pass
+"""
+ALIAS_ROUTE = """import sys
+AdditiveAttention = vars(sys.modules["attention_course.functional"])["AdditiveAttention"]
+"""
+OBJECT_NEW_ROUTE = """import attention_course.functional as _f
+from torch import nn
+class AdditiveAttention(nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self._inner = object.__new__(_f.AdditiveAttention)
+        nn.Module.__init__(self._inner)
+        _f.AdditiveAttention.__init__(self._inner, *args, **kwargs)
+    def forward(self, *args, **kwargs):
+        return _f.AdditiveAttention.forward(self._inner, *args, **kwargs)
+"""
+FUNCTION_GC_ROUTE = """import gc
+_found = [o for o in gc.get_objects() if type(o).__name__ == "function" and o.__name__ == "masked_softmax"
+          and o.__module__.startswith("attention_course")]
+def masked_softmax(*args, **kwargs):
+    return _found[0](*args, **kwargs)
+"""
+
+
+@pytest.mark.parametrize("route", ["gc", "subclass", "alias", "object_new", "function_gc"])
+def test_the_course_answer_refuses_by_every_route(sandbox, tmp_path, route):
+    """Rebinding a name is not enough: the original object itself refuses."""
+    sol = _load(next((ROOT / "solutions").glob("03_*.ipynb")))
+    if route == "function_gc":
+        label, code = "ch03_ex1", FUNCTION_GC_ROUTE
+    else:
+        label = "ch03_ex3"
+        code = {"gc": GC_ROUTE, "subclass": SUBCLASS_ROUTE, "alias": ALIAS_ROUTE,
+                "object_new": OBJECT_NEW_ROUTE}[route]
+    _write(tmp_path, "cheater.ipynb", with_code(sol, label, code))
+    run = run_grading([Submission("cheater", tmp_path / "cheater.ipynb")], 3, seed=11, sandbox=sandbox)
+    e = ex(run.results[0], label)
+    assert e.points == 0, (route, e.reason, [c.reason for c in e.checks])
+    assert any("course's answer to " + label in (c.reason + e.reason) for c in e.checks), \
+        (route, e.reason, [c.reason for c in e.checks])
+
+
 def test_importing_the_hidden_checks_fails(hostile):
     e = ex(hostile["by"]["importhidden"], "ch01_ex1")
     assert e.points == 0 and "ModuleNotFoundError" in e.reason

@@ -43,6 +43,7 @@ import os
 import select
 import signal
 import sys
+import types
 import time
 
 PR_SET_PDEATHSIG = 1
@@ -191,34 +192,72 @@ def _describe_error(error: BaseException, sources: dict) -> dict:
             "message": str(error)[:1500], "where": where}
 
 
+def _raising_code(message: str, freevars: int):
+    """A code object that raises RuntimeError(message), with ``freevars`` free variables
+    (a function's ``__code__`` may only be replaced by code with as many)."""
+    names = [f"_free{i}" for i in range(freevars)]
+    lines = ["def _outer():"] + [f"    {n} = None" for n in names] + ["    def _inner(*args, **kwargs):"]
+    if names:
+        lines.append(f"        ({', '.join(names)},)")
+    lines += [f"        raise RuntimeError({message!r})", "    return _inner"]
+    namespace = {}
+    exec("\n".join(lines), namespace)  # noqa: S102 - our own fixed template, no student text
+    return namespace["_outer"]().__code__
+
+
+def _disable_function(function, message: str) -> None:
+    """Make this very function object raise: aliases, references kept elsewhere and the
+    object found by walking the garbage collector all share its code."""
+    code = getattr(function, "__code__", None)
+    if code is not None:
+        function.__code__ = _raising_code(message, len(code.co_freevars))
+
+
+def _disable_class(cls, message: str) -> None:
+    """Make this very class refuse to be built, subclassed or used through its methods."""
+    def _new(klass, *args, __message=message, **kwargs):
+        raise RuntimeError(__message)
+
+    def _subclass(klass, __message=message, **kwargs):
+        raise RuntimeError(__message)
+
+    # Its own methods first (an instance made with object.__new__ gets nowhere either).
+    for name, member in list(vars(cls).items()):
+        target = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+        if isinstance(target, types.FunctionType):
+            _disable_function(target, message)
+        elif isinstance(member, property):
+            for accessor in (member.fget, member.fset, member.fdel):
+                if isinstance(accessor, types.FunctionType):
+                    _disable_function(accessor, message)
+    cls.__new__ = _new
+    cls.__init_subclass__ = classmethod(_subclass)
+    for sub in cls.__subclasses__():  # classes the runtime itself derived from it
+        _disable_class(sub, message)
+
+
 def _block_reference(blocked: list) -> None:
-    """Make the runtime's own answer to the exercise being graded raise, for no credit."""
+    """Make the runtime's own answer to the exercise being graded raise, for no credit.
+
+    Rebinding the name is not enough (the original object stays reachable through
+    other references and the garbage collector): the original object itself is
+    disabled, its code replaced; a class refuses construction and subclassing.
+    """
     for module_name, attr, label in blocked:
         module = sys.modules.get(module_name)
         if module is None or not hasattr(module, attr):
             continue
         message = (f"{module_name}.{attr} is the course's answer to {label}: no credit for calling it; "
                    f"write your own {attr}")
-
-        if isinstance(getattr(module, attr), type):  # a class: instantiating or subclassing it fails
-            def _init(self, *args, __message=message, **kwargs):
-                raise RuntimeError(__message)
-
-            def _subclass(cls, __message=message, **kwargs):
-                raise RuntimeError(__message)
-
-            _no_credit = type(attr, (), {"__init__": _init, "__init_subclass__": classmethod(_subclass),
-                                         "__doc__": message})
-        else:
+        original = getattr(module, attr)
+        if isinstance(original, type):
+            _disable_class(original, message)
+        elif isinstance(original, types.FunctionType):
+            _disable_function(original, message)
+        else:  # any other callable: at least the names refuse
             def _no_credit(*args, __message=message, **kwargs):
                 raise RuntimeError(__message)
-
-            _no_credit.__name__ = attr
-            _no_credit.__qualname__ = attr
-        setattr(module, attr, _no_credit)
-        package = sys.modules.get("attention_course")
-        if package is not None and getattr(package, attr, None) is not None and package is not module:
-            setattr(package, attr, _no_credit)
+            setattr(module, attr, _no_credit)
 
 
 def _child(req: dict, state: dict) -> None:
