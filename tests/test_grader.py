@@ -499,3 +499,23 @@ def test_cli_grade_class_and_single_notebook(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "8 / 8 points" in done.stdout and "seed 9" in done.stdout
+
+
+def test_grades_csv_never_holds_a_formula(tmp_path):
+    """CSV injection (OWASP): a student file named like a formula stays text in the gradebook."""
+    from attention_course.grading.reports import csv_safe
+    folder = tmp_path / "class"
+    stub = _load(next((ROOT / "chapters").glob("01_*.ipynb")))
+    names = ['=HYPERLINK("http:evil","click")', "@SUM(A1)", "+1+1", "-2", "plain"]
+    for name in names:
+        _write(folder, f"{name}.ipynb", stub)
+    cli = [str(Path(sys.executable).with_name("attention-course"))]
+    done = subprocess.run(cli + ["grade", str(folder), "--chapter", "1", "--out", str(tmp_path / "out"),
+                                 "--seed", "9", "--jobs", "2"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.reader((tmp_path / "out" / "grades.csv").open(newline="")))
+    cells = [cell for row in rows[1:] for cell in row]
+    assert not [c for c in cells if c[:1] in ("=", "+", "@") or (c.startswith("-") and not c[1:].replace(".", "").isdigit())]
+    students = sorted(row[0] for row in rows[1:])
+    assert students == sorted(csv_safe(n) for n in names)
+    assert "'=HYPERLINK(\"http:evil\",\"click\")" in students and "plain" in students

@@ -222,8 +222,8 @@ def prepare(sub: Submission, plan: GradingPlan) -> Prepared:
                 prepared.code[label] = block  # the child reports what it defines instead
             else:
                 prepared.code[label] = None
-                prepared.problem[label] = (f"the notebook has no cells for {source_label} (its `{{exercise}}` block "
-                                           f"with `:label: {source_label}` is missing) and no cell defines `{name}`")
+                prepared.problem[label] = (f"the notebook has no cells for {source_label} (its exercise heading "
+                                           f"'Exercise M ({source_label})' or `{{exercise}}` block is missing) and no cell defines `{name}`")
         prepared.notes[label] = notes
     return prepared
 

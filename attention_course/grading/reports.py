@@ -70,6 +70,21 @@ def feedback_text(result, plan) -> str:
 # ------------------------------------------------------------------ class files
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(text: str) -> str:
+    """A text cell that a spreadsheet shows as text, never runs as a formula.
+
+    A student's file name such as ``=HYPERLINK(...).ipynb`` becomes a student id that
+    starts with ``=``; as OWASP recommends against CSV injection, a cell that starts
+    with ``= + - @``, a tab or a carriage return gets a leading single quote (and the
+    csv module quotes any cell with a separator or a quote in it).
+    """
+    text = str(text)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def write_csv(results: list, plan, path: Path) -> None:
     labels = [ep.label for ep in plan.exercises]
     with open(path, "w", newline="", encoding="utf-8") as f:
@@ -78,8 +93,8 @@ def write_csv(results: list, plan, path: Path) -> None:
         for r in results:
             by_label = {e.label: e for e in r.exercises}
             notes = [r.problem] if r.problem else [f"{e.label}: {e.summary}" for e in r.exercises if e.summary]
-            writer.writerow([r.student] + [_fmt(by_label[l].points) for l in labels]
-                            + [_fmt(r.total), _fmt(r.max_total), " | ".join(notes)[:2000]])
+            writer.writerow([csv_safe(r.student)] + [_fmt(by_label[l].points) for l in labels]
+                            + [_fmt(r.total), _fmt(r.max_total), csv_safe(" | ".join(notes)[:2000])])
 
 
 def write_summary(results: list, plan, out: Path) -> dict:
@@ -174,21 +189,24 @@ def write_json(data: dict, path: Path) -> None:
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr (redrawn at most every 0.1 s)."""
+    """Grading progress on stderr, drawn by tqdm: a live bar in a terminal, and in a log
+    (not a terminal) one plain line at the end instead of a stream of redraws."""
 
     def __init__(self, label: str = "grading", stream=None, width: int = 30):
-        self.label, self.stream, self.width = label, stream or sys.stderr, width
-        self.start = time.monotonic()
-        self._last = 0.0
+        self.label, self.stream = label, stream or sys.stderr
+        self._bar = None
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done < total and now - self._last < 0.1:
-            return
-        self._last = now
-        filled = int(self.width * done / total) if total else self.width
-        bar = "#" * filled + "." * (self.width - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {done}/{total} submissions  {now - self.start:5.1f} s")
+        from tqdm.auto import tqdm
+        if self._bar is None:
+            interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
+            self._bar = tqdm(total=total, desc=self.label, unit="submission", file=self.stream,
+                             disable=not interactive, dynamic_ncols=True)
+            self.start = time.monotonic()
+        self._bar.update(done - self._bar.n)
         if done >= total:
-            self.stream.write("\n")
-        self.stream.flush()
+            self._bar.close()
+            if self._bar.disable:
+                self.stream.write(f"{self.label}: {done}/{total} submissions graded in "
+                                  f"{time.monotonic() - self.start:.1f} s\n")
+            self.stream.flush()
