@@ -112,9 +112,9 @@ def test_kept_alternative_passes_every_check(exercise, alternative):
 
 
 def _is_error_check(exercise, check) -> bool:
-    """A check whose every call makes the reference raise tests an error message."""
+    """A check in which the reference raises on some call tests an error message."""
     outcomes = [run_call(exercise.reference, c, exercise.kind) for c in check.make_calls(check.seed)]
-    return bool(outcomes) and all(o["status"] == "raised" for o in outcomes)
+    return any(o["status"] == "raised" for o in outcomes)
 
 
 def test_error_message_checks_carry_at_most_a_fifth_of_each_chapter():

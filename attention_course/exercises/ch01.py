@@ -62,7 +62,8 @@ def _pool_unnormalized_calls(seed):
     g = torch.Generator().manual_seed(seed)
     weights = torch.rand(4, 5, generator=g) * 2  # rows deliberately do not sum to one
     values = torch.randn(5, 3, generator=g) + 2
-    return [Call(args=(weights, values))]
+    # float64 inputs too: the result keeps the dtype of the inputs
+    return [Call(args=(weights, values)), Call(args=(weights.double(), values.double()))]
 
 
 def _pool_bad_calls(seed):
@@ -172,7 +173,8 @@ def _scores_calls(seed):
 
 def _scores_batched_calls(seed):
     g = torch.Generator().manual_seed(seed)
-    return [Call(args=(torch.rand(2, 3, 4, generator=g) * 2,))]
+    scores = torch.rand(2, 3, 4, generator=g) * 2
+    return [Call(args=(scores,)), Call(args=(scores.double(),))]  # the dtype is kept
 
 
 def _scores_zero_row_calls(seed):
@@ -306,7 +308,9 @@ def _lookup_triple(g, num_queries, num_keys, d, d_v):
 
 def _lookup_calls(seed):
     g = torch.Generator().manual_seed(seed)
-    return [Call(args=_lookup_triple(g, 4, 6, 3, 2))]
+    queries, keys, values = _lookup_triple(g, 4, 6, 3, 2)
+    # float64 values too: the result has the dtype of values
+    return [Call(args=(queries, keys, values)), Call(args=(queries, keys, values.double()))]
 
 
 def _lookup_exact_calls(seed):
@@ -451,7 +455,7 @@ def _distance_temperature_calls(seed):
     g = torch.Generator().manual_seed(seed)
     queries, keys = _distance_pair(g, 4, 6, 3)
     return [Call(args=(queries, keys), kwargs={"temperature": 0.5}),
-            Call(args=(queries, keys), kwargs={"temperature": 4.0})]
+            Call(args=(queries.double(), keys.double()), kwargs={"temperature": 4.0})]
 
 
 def _distance_far_calls(seed):
@@ -522,8 +526,10 @@ register(Exercise(
         Check("temperatures 0.5 and 4", _distance_temperature_calls, seed=1,
               hint="the scores are divided by the temperature: a small temperature sharpens "
                    "the weights, a large one flattens them."),
+        # Scores near -2e4 carry float32 rounding of about 1e-3 (relative) in the weights,
+        # whatever stable formula computes them: compare at that precision.
         Check("queries far from every key still give finite weights", _distance_far_calls,
-              seed=2,
+              seed=2, rtol=5e-3, atol=1e-6,
               hint="with squared distances in the thousands, exp underflows to 0; use an "
                    "operation that stays finite for large scores."),
         Check("bad temperature or mismatched sizes raise ValueError naming the culprit",
@@ -555,3 +561,156 @@ register(Exercise(
                 _distance_naive_exp),
     ],
 ))
+
+
+# ======================================================================= kept alternatives
+# Correct answers in other styles: the checks must accept every one of them.
+
+from ..registry import REGISTRY, Alternative  # noqa: E402
+
+
+def _alt_pool_checks(weights, values):
+    if weights.dim() != values.dim() or weights.dim() not in (2, 3):
+        raise ValueError(f"weights has shape {weights.shape} and values {values.shape}: "
+                         f"expected both 2-D or both 3-D")
+    if weights.shape[:-2] != values.shape[:-2] or weights.shape[-1] != values.shape[-2]:
+        raise ValueError(f"cannot pool: weights {weights.shape} vs values {values.shape}")
+
+
+def _pool_einsum(weights, values):
+    _alt_pool_checks(weights, values)  # messages print torch.Size([...])
+    return torch.einsum("...qk,...kd->...qd", weights, values)
+
+
+def _pool_loop_over_keys(weights, values):
+    _alt_pool_checks(weights, values)
+    out = torch.zeros(*weights.shape[:-1], values.shape[-1], dtype=values.dtype)
+    for k in range(weights.shape[-1]):
+        out = out + weights[..., :, k:k + 1] * values[..., k:k + 1, :]
+    return out
+
+
+def _pool_float64_bmm(weights, values):
+    if not (weights.dim() == values.dim() and weights.dim() in (2, 3)
+            and weights.shape[:-2] == values.shape[:-2] and weights.shape[-1] == values.shape[-2]):
+        raise ValueError(f"weights {list(weights.shape)} and values {list(values.shape)} do not fit")
+    w, v = weights.double(), values.double()
+    if w.dim() == 2:
+        w, v = w[None], v[None]
+    return torch.bmm(w, v).reshape(*weights.shape[:-1], values.shape[-1]).to(values.dtype)
+
+
+def _alt_scores_check(scores):
+    if (scores < 0).any():
+        raise ValueError("scores: every entry must be >= 0")
+
+
+def _normalize_nan_to_num(scores):
+    _alt_scores_check(scores)
+    n = scores.shape[-1]
+    totals = scores.sum(-1, keepdim=True)
+    out = scores / totals                               # NaN on all-zero slices...
+    return torch.where(totals == 0, torch.full_like(scores, 1.0 / n), out)  # ...replaced
+
+
+def _normalize_rows_loop(scores):
+    _alt_scores_check(scores)
+    flat = scores.reshape(-1, scores.shape[-1])
+    rows = []
+    for row in flat:
+        total = row.sum()
+        rows.append(row / total if total > 0 else torch.ones_like(row) / row.numel())
+    return torch.stack(rows).reshape(scores.shape)
+
+
+def _normalize_float64(scores):
+    if scores.min() < 0:
+        raise ValueError(f"normalize_weights: scores must be non-negative, min is {scores.min().item()}")
+    s64 = scores.double() + (scores.sum(-1, keepdim=True) == 0).double()  # zero rows -> all ones
+    return (s64 / s64.sum(-1, keepdim=True)).to(scores.dtype)
+
+
+def _alt_lookup_checks(queries, keys, values):
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(f"queries {queries.shape} and keys {keys.shape} disagree on d")
+    if keys.shape[0] != values.shape[0]:
+        raise ValueError(f"keys {keys.shape} and values {values.shape} disagree on num_keys")
+
+
+def _lookup_cdist_onehot(queries, keys, values):
+    _alt_lookup_checks(queries, keys, values)
+    distances = torch.cdist(queries, keys, compute_mode="donot_use_mm_for_euclid_dist")
+    nearest = distances.argmin(dim=-1)  # the first index among equal minima
+    return torch.nn.functional.one_hot(nearest, keys.shape[0]).to(values.dtype) @ values
+
+
+def _lookup_python_loops(queries, keys, values):
+    _alt_lookup_checks(queries, keys, values)
+    rows = []
+    for q in queries:
+        best, best_d = 0, None
+        for i, k in enumerate(keys):
+            d = float(((q - k) ** 2).sum())
+            if best_d is None or d < best_d:  # strict: a later tie never wins
+                best, best_d = i, d
+        rows.append(values[best])
+    return torch.stack(rows)
+
+
+def _lookup_gather(queries, keys, values):
+    _alt_lookup_checks(queries, keys, values)
+    diffs = queries.unsqueeze(1) - keys.unsqueeze(0)
+    idx = torch.einsum("qkd,qkd->qk", diffs, diffs).min(dim=1).indices
+    return torch.index_select(values, 0, idx)
+
+
+def _alt_distance_checks(queries, keys, temperature):
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature} must be > 0")
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(f"queries {queries.shape} and keys {keys.shape}: different d")
+
+
+def _distance_log_softmax(queries, keys, temperature=1.0):
+    _alt_distance_checks(queries, keys, temperature)
+    squared = torch.cdist(queries, keys, compute_mode="donot_use_mm_for_euclid_dist") ** 2
+    return torch.log_softmax(-squared / temperature, dim=-1).exp()
+
+
+def _distance_manual_float64(queries, keys, temperature=1.0):
+    _alt_distance_checks(queries, keys, temperature)
+    q, k = queries.double(), keys.double()
+    scores = -((q[:, None] - k[None]) ** 2).sum(-1) / temperature
+    scores = scores - scores.max(dim=-1, keepdim=True).values   # the largest becomes exp(0) = 1
+    weights = scores.exp()
+    return (weights / weights.sum(-1, keepdim=True)).to(queries.dtype)
+
+
+def _distance_expanded_square(queries, keys, temperature=1.0):
+    _alt_distance_checks(queries, keys, temperature)
+    # |q - k|^2 = |q|^2 - 2 q.k + |k|^2; the |q|^2 term is the same for every key of a row
+    # and cancels in the softmax, so it is left out (it would only lose precision).
+    scores = (2 * queries @ keys.T - (keys ** 2).sum(-1)) / temperature
+    return torch.softmax(scores, dim=-1)
+
+
+REGISTRY["ch01_ex1"].alternatives += [
+    Alternative("einsum", "einsum over any batch dims; shapes printed as torch.Size", _pool_einsum),
+    Alternative("loop over keys", "accumulates one key at a time", _pool_loop_over_keys),
+    Alternative("float64 bmm", "float64 inside, batch of one for 2-D; shapes printed as lists", _pool_float64_bmm),
+]
+REGISTRY["ch01_ex2"].alternatives += [
+    Alternative("nan then where", "divides first, replaces all-zero slices after", _normalize_nan_to_num),
+    Alternative("row loop", "a Python loop over the flattened rows", _normalize_rows_loop),
+    Alternative("float64 shift", "float64 inside; zero rows become all-ones before dividing", _normalize_float64),
+]
+REGISTRY["ch01_ex3"].alternatives += [
+    Alternative("cdist + one_hot", "exact cdist, argmin, one-hot matrix product", _lookup_cdist_onehot),
+    Alternative("python loops", "explicit loops over queries and keys", _lookup_python_loops),
+    Alternative("einsum + index_select", "einsum distances, min().indices", _lookup_gather),
+]
+REGISTRY["ch01_ex4"].alternatives += [
+    Alternative("cdist + log_softmax", "cdist squared, log_softmax then exp", _distance_log_softmax),
+    Alternative("manual float64", "max-shifted exponentials in float64, cast back", _distance_manual_float64),
+    Alternative("expanded square", "2 q.k - |k|^2 (|q|^2 cancels in the softmax)", _distance_expanded_square),
+]
