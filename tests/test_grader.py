@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import csv
 import hashlib
+import io
 import json
 import os
 import signal
@@ -184,8 +185,13 @@ def test_correct_solution_full_marks_and_stub_zero_in_hostile_class(hostile):
     assert all("not implemented" in e.reason for e in by["stub"].exercises)
 
 
-@pytest.mark.parametrize("chapter", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("chapter", range(1, 10))
 def test_every_chapter_solution_full_marks_student_notebook_zero(sandbox, tmp_path, chapter):
+    """Also proves that refusing the course's own answers in the child leaves every helper a
+    correct solution uses working (chapter 8's and 9's runtime modules included)."""
+    from attention_course.registry import all_exercises
+    if not all_exercises(chapter) or not list((ROOT / "solutions").glob(f"{chapter:02d}_*.ipynb")):
+        pytest.skip(f"chapter {chapter} has no exercises or no solution notebook yet")
     subs = [Submission("solution", next((ROOT / "solutions").glob(f"{chapter:02d}_*.ipynb"))),
             Submission("student", next((ROOT / "chapters").glob(f"{chapter:02d}_*.ipynb")))]
     run = run_grading(subs, chapter, seed=chapter * 7, time_limit=20, sandbox=sandbox)
@@ -349,20 +355,60 @@ _found = [o for o in gc.get_objects() if type(o).__name__ == "function" and o.__
 def masked_softmax(*args, **kwargs):
     return _found[0](*args, **kwargs)
 """
+BASES_ROUTE = """import attention_course.functional as _f
+from torch import nn
+class _Shell(nn.Module):
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+class AdditiveAttention(_Shell):
+    pass
+AdditiveAttention.__bases__ = (_f.AdditiveAttention,)
+"""
+RELOAD_ROUTE = """import importlib
+import attention_course.functional as _f
+_f = importlib.reload(_f)
+AdditiveAttention = _f.AdditiveAttention
+"""
+SYS_MODULES_ROUTE = """import sys
+sys.modules.pop("attention_course.functional")
+import attention_course.functional as _f
+AdditiveAttention = _f.AdditiveAttention
+"""
+SYS_MODULES_ALIAS_ROUTE = """import sys
+_f = [m for n, m in list(sys.modules.items()) if n.startswith("attention_course.")
+      and hasattr(m, "AdditiveAttention")][0]
+class AdditiveAttention(_f.AdditiveAttention.__mro__[1]):
+    __init__ = _f.AdditiveAttention.__init__
+    forward = _f.AdditiveAttention.forward
+"""
+FUNCTION_RELOAD_ROUTE = """import importlib, sys
+import attention_course.functional
+masked_softmax = importlib.reload(sys.modules["attention_course.functional"]).masked_softmax
+"""
+ROUTES = {"gc": ("ch03_ex3", GC_ROUTE), "subclass": ("ch03_ex3", SUBCLASS_ROUTE),
+          "alias": ("ch03_ex3", ALIAS_ROUTE), "object_new": ("ch03_ex3", OBJECT_NEW_ROUTE),
+          "bases": ("ch03_ex3", BASES_ROUTE), "reload": ("ch03_ex3", RELOAD_ROUTE),
+          "sys_modules": ("ch03_ex3", SYS_MODULES_ROUTE), "sys_modules_alias": ("ch03_ex3", SYS_MODULES_ALIAS_ROUTE),
+          "function_gc": ("ch03_ex1", FUNCTION_GC_ROUTE), "function_reload": ("ch03_ex1", FUNCTION_RELOAD_ROUTE)}
 
 
-@pytest.mark.parametrize("route", ["gc", "subclass", "alias", "object_new", "function_gc"])
-def test_the_course_answer_refuses_by_every_route(sandbox, tmp_path, route):
-    """Rebinding a name is not enough: the original object itself refuses."""
+@pytest.fixture(scope="module")
+def sandbox_without_landlock(tmp_path_factory):
+    with Sandbox(jobs=1, landlock=False, workdir=tmp_path_factory.mktemp("sandbox_nll")) as box:
+        yield box
+
+
+@pytest.mark.parametrize("landlock", [True, False], ids=["landlock", "no_landlock"])
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_the_course_answer_refuses_by_every_route(request, tmp_path, route, landlock):
+    """Rebinding a name is not enough: the original object itself refuses, and so does a
+    fresh copy made by reloading or re-importing its module (with or without Landlock,
+    which alone would turn a reload into a bare PermissionError)."""
+    box = request.getfixturevalue("sandbox" if landlock else "sandbox_without_landlock")
     sol = _load(next((ROOT / "solutions").glob("03_*.ipynb")))
-    if route == "function_gc":
-        label, code = "ch03_ex1", FUNCTION_GC_ROUTE
-    else:
-        label = "ch03_ex3"
-        code = {"gc": GC_ROUTE, "subclass": SUBCLASS_ROUTE, "alias": ALIAS_ROUTE,
-                "object_new": OBJECT_NEW_ROUTE}[route]
+    label, code = ROUTES[route]
     _write(tmp_path, "cheater.ipynb", with_code(sol, label, code))
-    run = run_grading([Submission("cheater", tmp_path / "cheater.ipynb")], 3, seed=11, sandbox=sandbox)
+    run = run_grading([Submission("cheater", tmp_path / "cheater.ipynb")], 3, seed=11, sandbox=box)
     e = ex(run.results[0], label)
     assert e.points == 0, (route, e.reason, [c.reason for c in e.checks])
     assert any("course's answer to " + label in (c.reason + e.reason) for c in e.checks), \
@@ -501,21 +547,70 @@ def test_cli_grade_class_and_single_notebook(tmp_path):
     assert "8 / 8 points" in done.stdout and "seed 9" in done.stdout
 
 
+def _no_formula(cell: str) -> bool:
+    return not cell[:1] in ("=", "+", "-", "@", "\t", "\r") or cell.lstrip("-").replace(".", "").isdigit()
+
+
 def test_grades_csv_never_holds_a_formula(tmp_path):
     """CSV injection (OWASP): a student file named like a formula stays text in the gradebook."""
     from attention_course.grading.reports import csv_safe
     folder = tmp_path / "class"
     stub = _load(next((ROOT / "chapters").glob("01_*.ipynb")))
-    names = ['=HYPERLINK("http:evil","click")', "@SUM(A1)", "+1+1", "-2", "plain"]
+    names = ['=HYPERLINK("http:evil","click")', "@SUM(A1)", "+1+1", "-2", "\tcmd", "plain"]
     for name in names:
         _write(folder, f"{name}.ipynb", stub)
     cli = [str(Path(sys.executable).with_name("attention-course"))]
     done = subprocess.run(cli + ["grade", str(folder), "--chapter", "1", "--out", str(tmp_path / "out"),
                                  "--seed", "9", "--jobs", "2"], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
-    rows = list(csv.reader((tmp_path / "out" / "grades.csv").open(newline="")))
+    raw = (tmp_path / "out" / "grades.csv").read_text(encoding="utf-8")
+    rows = list(csv.reader(raw.splitlines(keepends=True)))
     cells = [cell for row in rows[1:] for cell in row]
-    assert not [c for c in cells if c[:1] in ("=", "+", "@") or (c.startswith("-") and not c[1:].replace(".", "").isdigit())]
+    assert all(_no_formula(c) for c in cells), [c for c in cells if not _no_formula(c)]
     students = sorted(row[0] for row in rows[1:])
     assert students == sorted(csv_safe(n) for n in names)
-    assert "'=HYPERLINK(\"http:evil\",\"click\")" in students and "plain" in students
+    assert "'=HYPERLINK(\"http:evil\",\"click\")" in students and "plain" in students and "'\tcmd" in students
+    # Every text cell is quoted (a quote inside doubled); the points are bare numbers.
+    assert '\n"\'=HYPERLINK(""http:evil"",""click"")",0,0,0,0,0,8,"' in raw
+
+
+def test_grades_csv_escapes_every_text_cell(tmp_path):
+    """The notes cell and the student cell both: formula starts quoted away, separators and
+    line breaks kept inside their cell, points written as numbers."""
+    from types import SimpleNamespace as NS
+    from attention_course.grading.reports import write_csv
+    plan = NS(exercises=[NS(label="ch01_ex1"), NS(label="ch01_ex2")])
+    exercises = [NS(label="ch01_ex1", points=1.5, summary="x"), NS(label="ch01_ex2", points=1 / 3, summary="")]
+    results = [NS(student="\rcr", exercises=exercises, total=11 / 6, max_total=4,
+                  problem="=cmd|' /C calc'!A0,\nnext line"),
+               NS(student="@x,y", exercises=exercises, total=11 / 6, max_total=4, problem="")]
+    write_csv(results, plan, tmp_path / "grades.csv")
+    rows = list(csv.reader((tmp_path / "grades.csv").open(newline="", encoding="utf-8")))
+    assert rows[0] == ["student", "ch01_ex1", "ch01_ex2", "total", "max_total", "notes"]
+    assert rows[1] == ["'\rcr", "1.5", "0.3333", "1.8333", "4", "'=cmd|' /C calc'!A0,\nnext line"]
+    assert rows[2] == ["'@x,y", "1.5", "0.3333", "1.8333", "4", "ch01_ex1: x"]
+    assert all(_no_formula(c) for row in rows for c in row)
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "log"])
+def test_progress_bar_is_tqdm_in_a_terminal_and_one_line_in_a_log(tty):
+    from attention_course.grading.reports import ProgressBar
+    stream = _Stream(tty)
+    bar = ProgressBar("chapter 03", stream=stream)
+    for done in range(4):
+        bar(done, 3)
+    text = stream.getvalue()
+    if tty:  # tqdm's own bar: percentage, counts and rate
+        assert "chapter 03: 100%|" in text and "3/3" in text and "submission/s" in text, text
+    else:  # a log gets no carriage returns and no redraws, just the result
+        assert "\r" not in text and text.count("\n") == 1, repr(text)
+        assert text.startswith("chapter 03: 3/3 submissions graded in "), text

@@ -78,23 +78,30 @@ def csv_safe(text: str) -> str:
 
     A student's file name such as ``=HYPERLINK(...).ipynb`` becomes a student id that
     starts with ``=``; as OWASP recommends against CSV injection, a cell that starts
-    with ``= + - @``, a tab or a carriage return gets a leading single quote (and the
-    csv module quotes any cell with a separator or a quote in it).
+    with ``= + - @``, a tab or a carriage return gets a leading single quote.
+    :func:`write_csv` also puts every text cell in double quotes (a quote inside is
+    doubled), so a separator or a line break in it cannot start another cell.
     """
     text = str(text)
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
+def _number(points: float):
+    """Points as a number cell (an int when whole, else rounded like :func:`_fmt`)."""
+    return int(points) if points % 1 == 0 else round(float(points), 4)
+
+
 def write_csv(results: list, plan, path: Path) -> None:
+    """The gradebook: one row per student; text cells quoted and formula-safe, points as numbers."""
     labels = [ep.label for ep in plan.exercises]
     with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
+        writer = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["student"] + labels + ["total", "max_total", "notes"])
         for r in results:
             by_label = {e.label: e for e in r.exercises}
             notes = [r.problem] if r.problem else [f"{e.label}: {e.summary}" for e in r.exercises if e.summary]
-            writer.writerow([csv_safe(r.student)] + [_fmt(by_label[l].points) for l in labels]
-                            + [_fmt(r.total), _fmt(r.max_total), csv_safe(" | ".join(notes)[:2000])])
+            writer.writerow([csv_safe(r.student)] + [_number(by_label[l].points) for l in labels]
+                            + [_number(r.total), _number(r.max_total), csv_safe(" | ".join(notes)[:2000])])
 
 
 def write_summary(results: list, plan, out: Path) -> dict:
@@ -189,19 +196,28 @@ def write_json(data: dict, path: Path) -> None:
 
 
 class ProgressBar:
-    """Grading progress on stderr, drawn by tqdm: a live bar in a terminal, and in a log
-    (not a terminal) one plain line at the end instead of a stream of redraws."""
+    """Grading progress drawn by ``tqdm.auto``: a text bar on a terminal (a widget when the
+    grader runs inside a notebook), and when the stream is not a terminal (a log file, a CI
+    job) no redraws at all, one plain summary line at the end."""
 
     def __init__(self, label: str = "grading", stream=None, width: int = 30):
         self.label, self.stream = label, stream or sys.stderr
         self._bar = None
+        self.start = time.monotonic()
+
+    def _interactive(self) -> bool:
+        try:
+            if self.stream.isatty():
+                return True
+        except (AttributeError, ValueError):  # no isatty, or a closed stream
+            return False
+        return self.stream is sys.stderr and "ipykernel" in sys.modules  # a notebook: tqdm.auto's widget
 
     def __call__(self, done: int, total: int) -> None:
         from tqdm.auto import tqdm
         if self._bar is None:
-            interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
             self._bar = tqdm(total=total, desc=self.label, unit="submission", file=self.stream,
-                             disable=not interactive, dynamic_ncols=True)
+                             disable=not self._interactive(), dynamic_ncols=True, leave=True)
             self.start = time.monotonic()
         self._bar.update(done - self._bar.n)
         if done >= total:

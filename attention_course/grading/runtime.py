@@ -4,7 +4,8 @@
 
 * ``attention_course/`` – a minimal student-facing package: ``calls.py`` (to run a
   check's calls), ``plotting.py``, ``data.py``, ``functional.py`` and, when they
-  exist, ``multihead.py`` and ``translation.py``, copied from the installed package;
+  exist, ``multihead.py``, ``translation.py``, ``transformer.py`` (chapter 8) and
+  ``efficient.py`` (chapter 9), copied from the installed package;
   an ``__init__.py`` whose ``check()`` only prints that the checks run at grading
   time. There is **no** registry, no exercise module, no ``checking``: the hidden
   checks, the references and the kept mistakes never reach a child;
@@ -24,7 +25,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 # Student-facing modules, in import order. Missing ones (e.g. chapters not written yet) are skipped.
-RUNTIME_MODULES = ("calls", "plotting", "data", "functional", "multihead", "translation")
+RUNTIME_MODULES = ("calls", "plotting", "data", "functional", "multihead", "translation", "transformer",
+                   "efficient")
 # Data folders of the package that student-facing modules read (e.g. translation.load_pretrained).
 RUNTIME_DATA_DIRS = ("pretrained",)
 DATA_SUFFIXES = (".pt", ".csv", ".txt", ".json")

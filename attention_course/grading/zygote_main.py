@@ -22,8 +22,11 @@ For every request it forks a child that
    allowed site-packages entries and the system library folders, read/write only on
    its scratch folder, no TCP bind/connect (ABI >= 4), no signals to and no abstract
    unix sockets of processes outside the sandbox (ABI >= 6);
-3. hides the course's own answer to the exercise being graded (the runtime module
-   functions named like it raise a clear "no credit" error);
+3. disables the course's own answer to the exercise being graded as an object, not a
+   name: a function's code is replaced by code that raises a clear "no credit" error, a
+   class refuses construction and subclassing and its own methods raise, and reloading
+   or re-importing the module that holds it raises the same kind of error (so the gc,
+   an alias, a subclass, ``importlib.reload`` or ``sys.modules`` give nothing);
 4. executes the notebook's setup cell and the exercise's cells, fetches the object by
    name, runs each check's calls with ``attention_course.calls.run_call`` and writes
    the plain outcomes with ``torch.save`` to ``outcomes.pt`` after every check (so a
@@ -207,10 +210,32 @@ def _raising_code(message: str, freevars: int):
 
 def _disable_function(function, message: str) -> None:
     """Make this very function object raise: aliases, references kept elsewhere and the
-    object found by walking the garbage collector all share its code."""
-    code = getattr(function, "__code__", None)
-    if code is not None:
+    object found by walking the garbage collector all share its code. A decorated
+    function's original (``__wrapped__``) is disabled too."""
+    seen = set()
+    while isinstance(function, types.FunctionType) and id(function) not in seen:
+        seen.add(id(function))
+        code = function.__code__
         function.__code__ = _raising_code(message, len(code.co_freevars))
+        function = getattr(function, "__wrapped__", None)
+
+
+def _own_functions(cls) -> list:
+    """The functions defined in the body of ``cls`` (methods, class/static methods, property
+    accessors), not a helper of the module that the class merely refers to."""
+    found = []
+    for member in vars(cls).values():
+        if isinstance(member, (classmethod, staticmethod)):
+            candidates = [member.__func__]
+        elif isinstance(member, property):
+            candidates = [member.fget, member.fset, member.fdel]
+        else:
+            candidates = [member]
+        for function in candidates:
+            if (isinstance(function, types.FunctionType) and function.__module__ == cls.__module__
+                    and function.__qualname__.startswith(cls.__qualname__ + ".")):
+                found.append(function)
+    return found
 
 
 def _disable_class(cls, message: str) -> None:
@@ -221,19 +246,36 @@ def _disable_class(cls, message: str) -> None:
     def _subclass(klass, __message=message, **kwargs):
         raise RuntimeError(__message)
 
-    # Its own methods first (an instance made with object.__new__ gets nowhere either).
-    for name, member in list(vars(cls).items()):
-        target = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
-        if isinstance(target, types.FunctionType):
-            _disable_function(target, message)
-        elif isinstance(member, property):
-            for accessor in (member.fget, member.fset, member.fdel):
-                if isinstance(accessor, types.FunctionType):
-                    _disable_function(accessor, message)
+    # Its own methods first: an instance made with object.__new__, a class whose
+    # __bases__ are reassigned, or a method called on another object gets nowhere either.
+    for function in _own_functions(cls):
+        _disable_function(function, message)
     cls.__new__ = _new
     cls.__init_subclass__ = classmethod(_subclass)
     for sub in cls.__subclasses__():  # classes the runtime itself derived from it
         _disable_class(sub, message)
+
+
+class _RefuseReimport:
+    """A meta-path finder, first on ``sys.meta_path`` in the child: importing anew a runtime
+    module that holds a blocked answer (``importlib.reload``, or deleting it from
+    ``sys.modules`` and importing it again) would build fresh, working copies of the
+    disabled objects, so it raises a clear "no credit" error instead."""
+
+    def __init__(self, messages: dict):
+        self.messages = messages
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.messages:
+            return None
+        import importlib.machinery
+        return importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise RuntimeError(self.messages[module.__name__])
 
 
 def _block_reference(blocked: list) -> None:
@@ -241,14 +283,21 @@ def _block_reference(blocked: list) -> None:
 
     Rebinding the name is not enough (the original object stays reachable through
     other references and the garbage collector): the original object itself is
-    disabled, its code replaced; a class refuses construction and subclassing.
+    disabled, its code replaced; a class refuses construction and subclassing and its
+    methods raise. Re-importing or reloading the module that holds it is refused too.
+    (Reading the module's source to run it again is denied by Landlock: the runtime's
+    ``.py`` files are not among the paths a child may read.)
     """
+    reimport = {}
     for module_name, attr, label in blocked:
         module = sys.modules.get(module_name)
         if module is None or not hasattr(module, attr):
             continue
         message = (f"{module_name}.{attr} is the course's answer to {label}: no credit for calling it; "
                    f"write your own {attr}")
+        reimport.setdefault(module_name, f"{module_name} holds the course's answer to {label} "
+                                         f"({attr}): reloading or re-importing it earns no credit; "
+                                         f"write your own {attr}")
         original = getattr(module, attr)
         if isinstance(original, type):
             _disable_class(original, message)
@@ -258,6 +307,8 @@ def _block_reference(blocked: list) -> None:
             def _no_credit(*args, __message=message, **kwargs):
                 raise RuntimeError(__message)
             setattr(module, attr, _no_credit)
+    if reimport:
+        sys.meta_path.insert(0, _RefuseReimport(reimport))
 
 
 def _child(req: dict, state: dict) -> None:
