@@ -84,8 +84,10 @@ def masked_softmax(scores: torch.Tensor, valid_lens: Optional[torch.Tensor] = No
     _check_valid_lens(valid_lens, batch, num_queries, num_keys, "scores", _shape(scores))
     mask = valid_mask(valid_lens, num_queries, num_keys)
     # -inf gives masked keys exactly zero weight; a row that is entirely -inf comes
-    # out of the softmax as NaN, and torch.where turns it into zeros (its gradient
-    # is zero too, since torch.where does not multiply by the NaN branch).
+    # out of the softmax as NaN, and torch.where turns it into zeros. The gradient of
+    # such a row is zero too: the softmax's backward pass still meets the NaN, but
+    # masked_fill gives the positions it overwrote (all of that row) a zero gradient,
+    # so no NaN reaches `scores`. (Adding a -inf mask instead would let it through.)
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     return torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
 
