@@ -3,7 +3,7 @@
 Exercises
 ---------
 * ``ch04_ex1`` ``context_vector(inputs, query_index)``: one context vector of simple
-  (unprojected, unscaled) self-attention, written with loops.
+  (unprojected, unscaled) self-attention (any style: the contract does not ask for loops).
 * ``ch04_ex2`` ``simple_self_attention(inputs)``: the same for all queries at once,
   in matrix form, for 2-D or batched 3-D inputs; returns ``(weights, contexts)``.
 * ``ch04_ex3`` ``SelfAttention(d_in, d_out, qkv_bias=False)``: scaled dot-product
@@ -21,6 +21,10 @@ Decisions (documented in the notebook's contracts as well):
   (sines and cosines come in pairs); otherwise ``ValueError`` naming the argument.
 * Every check that expects an error starts with one valid call, so an untouched stub
   fails it with the ``NotImplementedError`` reason (which names the label).
+* Every exercise keeps at least three correct alternatives in other styles (loops,
+  einsum, float64 inside, torch's fused SDPA, LLMs-from-scratch's and d2l's layouts,
+  the Annotated Transformer's exp-log frequencies); the tests prove they pass. Error-
+  message checks carry half the weight of a value check.
 """
 from __future__ import annotations
 
@@ -29,7 +33,9 @@ import math
 import torch
 from torch import nn
 
-from ..registry import Call, Check, Exercise, Mistake, register
+from torch.nn import functional as F
+
+from ..registry import Alternative, Call, Check, Exercise, Mistake, register
 
 # The chapter's running example: six tokens with hand-chosen 3-d embeddings
 # (the same numbers as in the notebook).
@@ -109,8 +115,43 @@ def _cv_big_calls(seed):
     return [Call(args=(x, i)) for i in (0, 5, 11)]
 
 
+def _cv_alt_loops(inputs, query_index):
+    # Python loops over tokens and columns, a max-shifted softmax in Python floats.
+    num_tokens, d_in = inputs.shape
+    if query_index < 0 or query_index >= num_tokens:
+        raise ValueError(f"query_index={query_index} is outside 0..{num_tokens - 1}")
+    query = inputs[query_index].tolist()
+    rows = inputs.tolist()
+    scores = [sum(a * b for a, b in zip(row, query)) for row in rows]
+    top = max(scores)
+    exps = [math.exp(v - top) for v in scores]
+    total = sum(exps)
+    context = [0.0] * d_in
+    for row, e in zip(rows, exps):
+        for j in range(d_in):
+            context[j] += e / total * row[j]
+    return torch.tensor(context, dtype=inputs.dtype)
+
+
+def _cv_alt_einsum64(inputs, query_index):
+    # einsum in float64, cast back to the input dtype.
+    if not (isinstance(query_index, int) and 0 <= query_index < inputs.size(0)):
+        raise ValueError(f"bad query_index {query_index!r} for inputs of shape {inputs.shape}")
+    x = inputs.double()
+    weights = torch.softmax(torch.einsum("td,d->t", x, x[query_index]), dim=0)
+    return torch.einsum("t,td->d", weights, x).to(inputs.dtype)
+
+
+def _cv_alt_all_rows(inputs, query_index):
+    # All context vectors as matrices (the next section's form), then one row picked.
+    if query_index not in range(len(inputs)):
+        raise ValueError("query_index must be one of the token positions")
+    weights = torch.softmax(inputs @ inputs.T, dim=-1)
+    return (weights @ inputs)[query_index]
+
+
 register(Exercise(
-    label="ch04_ex1", title="One context vector, with loops",
+    label="ch04_ex1", title="One context vector",
     name="context_vector", reference=context_vector, points=2,
     checks=[
         Check("the chapter's sentence, every token as the query", _cv_sentence_calls, seed=0,
@@ -119,7 +160,7 @@ register(Exercise(
         Check("7 random tokens of width 5 (float32) and 4 of width 3 (float64)", _cv_random_calls, seed=1,
               hint="the result has shape (d_in,) and the dtype of inputs; start your sum from zeros of that dtype."),
         Check("query_index out of range (6, -1, 100) raises ValueError naming query_index",
-              _cv_bad_calls, seed=0, must_mention=["query_index"],
+              _cv_bad_calls, seed=0, must_mention=["query_index"], weight=0.5,
               hint="check 0 <= query_index < num_tokens before computing anything, and name query_index "
                    "in the message."),
         Check("12 random tokens of width 8 (hidden)", _cv_big_calls, seed=2, public=False,
@@ -136,6 +177,14 @@ register(Exercise(
                 "Python indexing accepts negative or too-large positions differently; test "
                 "0 <= query_index < num_tokens yourself and raise ValueError naming query_index.",
                 _cv_no_range_check),
+    ],
+    alternatives=[
+        Alternative("Python loops", "loops over tokens and columns, max-shifted exp in Python floats",
+                    _cv_alt_loops),
+        Alternative("einsum in float64", "einsum for scores and sum, computed in float64, cast back",
+                    _cv_alt_einsum64),
+        Alternative("matrix form, one row", "every context vector as matrix products, then row query_index",
+                    _cv_alt_all_rows),
     ],
 ))
 
@@ -195,6 +244,39 @@ def _ssa_big_calls(seed):
             Call(args=(torch.randn(7, 3, generator=g),))]
 
 
+def _ssa_alt_einsum(inputs):
+    if inputs.ndim not in (2, 3):
+        raise ValueError(f"inputs must be 2-D or 3-D, got {inputs.ndim}-D inputs of shape {inputs.shape}")
+    weights = torch.einsum("...id,...jd->...ij", inputs, inputs).softmax(dim=-1)
+    return weights, torch.einsum("...ij,...jd->...id", weights, inputs)
+
+
+def _ssa_alt_loops(inputs):
+    # One sequence at a time; a 2-D input is a batch of one.
+    if len(inputs.shape) < 2:
+        raise ValueError(f"inputs of shape {list(inputs.shape)} has no token axis")
+    batch = inputs if inputs.dim() == 3 else inputs.unsqueeze(0)
+    ws, cs = [], []
+    for x in batch:
+        w = torch.softmax(torch.mm(x, x.t()), dim=1)
+        ws.append(w)
+        cs.append(torch.mm(w, x))
+    w, c = torch.stack(ws), torch.stack(cs)
+    return (w, c) if inputs.dim() == 3 else (w[0], c[0])
+
+
+def _ssa_alt_float64(inputs):
+    # The softmax by hand (exp of max-shifted scores over their sum), in float64.
+    if inputs.dim() < 2:
+        raise ValueError("inputs needs shape (num_tokens, d_in) or (batch, num_tokens, d_in), "
+                         "got " + "x".join(map(str, inputs.shape)))
+    x = inputs.double()
+    scores = x @ x.mT
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    weights = e / e.sum(dim=-1, keepdim=True)
+    return weights.to(inputs.dtype), (weights @ x).to(inputs.dtype)
+
+
 register(Exercise(
     label="ch04_ex2", title="All queries at once",
     name="simple_self_attention", reference=simple_self_attention, points=2,
@@ -205,7 +287,8 @@ register(Exercise(
         Check("a batch of 2 sequences of 5 tokens of width 4", _ssa_batch_calls, seed=0,
               hint="with a batch axis in front, every matrix product and the softmax must act on the last "
                    "two axes only."),
-        Check("1-D inputs raise ValueError naming inputs", _ssa_bad_calls, seed=0, must_mention=["inputs"],
+        Check("1-D inputs raise ValueError naming inputs and its shape", _ssa_bad_calls, seed=0,
+              must_mention=lambda call: ["inputs", tuple(call.args[0].shape)], weight=0.5,
               hint="check inputs.dim() first and name inputs (and its shape) in the message."),
         Check("a float64 batch of 3 x 9 tokens of width 6, and 7 tokens of width 3 (hidden)",
               _ssa_big_calls, seed=3, public=False,
@@ -221,6 +304,12 @@ register(Exercise(
         Mistake("transposed the first two axes",
                 "for a batch, swap only the last two axes (tokens and features) of the keys; the batch "
                 "axis must stay in front.", _ssa_first_axes),
+    ],
+    alternatives=[
+        Alternative("einsum", "einsum over '...' batch axes, Tensor.softmax", _ssa_alt_einsum),
+        Alternative("loops over the batch", "torch.mm per sequence, torch.stack", _ssa_alt_loops),
+        Alternative("float64 by hand", "softmax written out (max-shifted exp), float64, cast back",
+                    _ssa_alt_float64),
     ],
 ))
 
@@ -275,6 +364,62 @@ class _SAIgnoresBias(SelfAttention):
         super().__init__(d_in, d_out, qkv_bias=False)
 
 
+class _SAKeysT(SelfAttention):
+    # LLMs-from-scratch's SelfAttention_v2 verbatim in spirit: keys.T, right for 2-D inputs only.
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.T
+        return torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+class _SAAltRaschka(nn.Module):
+    """LLMs-from-scratch's layout: layers created value, key, query; keys.T for one sequence and
+    keys.transpose(1, 2) for a batch (as in its CausalAttention); scaled by d_k ** 0.5."""
+
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        super().__init__()
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    def forward(self, x):
+        keys, queries, values = self.W_key(x), self.W_query(x), self.W_value(x)
+        attn_scores = queries @ (keys.T if x.dim() == 2 else keys.transpose(1, 2))
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        return attn_weights @ values
+
+
+class _SAAltEinsum64(nn.Module):
+    """The layers' weights used by einsum in float64, cast back."""
+
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        super().__init__()
+        self.W_query, self.W_key, self.W_value = (nn.Linear(d_in, d_out, bias=qkv_bias) for _ in range(3))
+
+    def _project(self, layer, x):
+        y = torch.einsum("...i,oi->...o", x, layer.weight.double())
+        return y + layer.bias.double() if layer.bias is not None else y
+
+    def forward(self, x):
+        x64 = x.double()
+        q, k, v = (self._project(m, x64) for m in (self.W_query, self.W_key, self.W_value))
+        weights = torch.softmax(torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(k.shape[-1]), dim=-1)
+        return torch.einsum("...ij,...jd->...id", weights, v).to(x.dtype)
+
+
+class _SAAltSDPA(nn.Module):
+    """torch's fused scaled_dot_product_attention on the three projections."""
+
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    def forward(self, x):
+        return F.scaled_dot_product_attention(self.W_query(x), self.W_key(x), self.W_value(x))
+
+
 def _sa_state(g, d_in, d_out, bias):
     state = {}
     for name in ("W_query", "W_key", "W_value"):
@@ -317,9 +462,11 @@ register(Exercise(
               hint="three nn.Linear layers named W_query, W_key, W_value; scores = queries times keys "
                    "transposed, divided by sqrt(d_k); softmax over the keys; weights times values."),
         Check("a batch of 2 x 4 tokens, d_in=5, d_out=3, with given weights", _sa_batch_calls, seed=5,
-              hint="transpose only the last two axes of the keys so a batch axis in front still works."),
+              hint="this check runs a batch (a 3-D x): every product and the softmax must act on the "
+                   "last two axes, with the batch axis in front left alone."),
         Check("qkv_bias=True gives each projection a bias", _sa_bias_calls, seed=6,
-              hint="pass qkv_bias on to every nn.Linear as its bias argument."),
+              hint="this check builds the module with qkv_bias=True, lists its parameters and loads given "
+                   "weights and biases by name: compare your layers with the contract."),
         Check("batches with and without bias, other sizes (hidden)", _sa_big_calls, seed=7, public=False,
               hint="three nn.Linear(d_in, d_out, bias=qkv_bias), scaled by sqrt(d_out), softmax over keys."),
     ],
@@ -338,6 +485,17 @@ register(Exercise(
         Mistake("ignored qkv_bias",
                 "your projections have no bias even when qkv_bias=True; pass the flag on to nn.Linear.",
                 _SAIgnoresBias),
+        Mistake("keys.T on a batch",
+                "on a batch (a 3-D tensor), keys.T reverses all three axes instead of swapping the last "
+                "two; use keys.transpose(-2, -1) (or keys.mT), which works for one sequence and for a batch.",
+                _SAKeysT),
+    ],
+    alternatives=[
+        Alternative("LLMs-from-scratch's layout", "layers created value, key, query; keys.T or "
+                    "keys.transpose(1, 2); scaled by d_k ** 0.5", _SAAltRaschka),
+        Alternative("einsum on the weights, float64", "layer weights and biases used by einsum in float64, "
+                    "cast back", _SAAltEinsum64),
+        Alternative("torch's fused SDPA", "F.scaled_dot_product_attention on the projections", _SAAltSDPA),
     ],
 ))
 
@@ -388,6 +546,50 @@ def _ap_unscaled(inputs, perm, W_query, W_key, W_value):
     _ap_check(inputs, perm)
     permuted = _ap_attend(inputs[perm], W_query, W_key, W_value, scale=False)
     return permuted, permuted[torch.argsort(perm)]
+
+
+def _ap_alt_scatter(inputs, perm, W_query, W_key, W_value):
+    # Restore by assignment: row r of the shuffled run belongs to token perm[r].
+    n = inputs.shape[0]
+    if perm.ndim != 1 or len(perm) != n or perm.min() < 0 or perm.max() >= n or \
+            torch.bincount(perm, minlength=n).max() != 1:
+        raise ValueError(f"perm {perm.tolist()} is not a permutation of 0..{n - 1}")
+    x = inputs.index_select(0, perm)
+    q, k, v = x @ W_query, x @ W_key, x @ W_value
+    permuted = torch.softmax(q @ k.transpose(0, 1) / k.size(-1) ** 0.5, dim=1) @ v
+    restored = torch.empty_like(permuted)
+    restored[perm] = permuted
+    return permuted, restored
+
+
+def _ap_alt_loops(inputs, perm, W_query, W_key, W_value):
+    # The inverse permutation built by a loop; einsum for the attention.
+    n = inputs.shape[0]
+    order = perm.tolist() if perm.dim() == 1 else None
+    if order is None or sorted(order) != list(range(n)):
+        raise ValueError(f"perm must hold each token index exactly once, got perm={perm.tolist()}")
+    inverse = [0] * n
+    for r, t in enumerate(order):
+        inverse[t] = r
+    x = inputs[order]
+    q, k, v = (torch.einsum("td,de->te", x, W) for W in (W_query, W_key, W_value))
+    weights = torch.einsum("ie,je->ij", q, k).div(math.sqrt(W_key.shape[1])).softmax(-1)
+    permuted = torch.einsum("ij,je->ie", weights, v)
+    return permuted, permuted[inverse]
+
+
+def _ap_alt_equivariance(inputs, perm, W_query, W_key, W_value):
+    # Uses the property itself, in float64: the restored run is attention on the unshuffled tokens.
+    n = inputs.shape[0]
+    if perm.dim() != 1 or set(perm.tolist()) != set(range(n)) or perm.numel() != n:
+        raise ValueError("perm must be a permutation of the token positions")
+
+    def attend(x):
+        q, k, v = x @ W_query.double(), x @ W_key.double(), x @ W_value.double()
+        return torch.softmax(q @ k.T / math.sqrt(k.shape[1]), dim=-1) @ v
+
+    restored = attend(inputs.double())
+    return attend(inputs.double()[perm]).to(inputs.dtype), restored.to(inputs.dtype)
 
 
 def _random_perm(n, g):
@@ -443,7 +645,7 @@ register(Exercise(
               hint="restored_contexts[t] must be the context of original token t, which sits at the "
                    "position where perm holds t."),
         Check("a perm that is not a permutation of 0..num_tokens-1 raises ValueError naming perm",
-              _ap_bad_calls, seed=10, must_mention=["perm"],
+              _ap_bad_calls, seed=10, must_mention=["perm"], weight=0.5,
               hint="check that perm is 1-D and holds each index 0..num_tokens-1 exactly once; name perm "
                    "in the message."),
         Check("10 random tokens, a random permutation (hidden)", _ap_big_calls, seed=11, public=False,
@@ -460,6 +662,14 @@ register(Exercise(
         Mistake("no scaling",
                 "you forgot to divide the scores by sqrt(d_k) (the number of columns of W_key) before "
                 "the softmax.", _ap_unscaled),
+    ],
+    alternatives=[
+        Alternative("restored by assignment", "index_select, bincount validation, restored[perm] = permuted",
+                    _ap_alt_scatter),
+        Alternative("inverse by a loop, einsum", "inverse permutation built in Python, einsum attention",
+                    _ap_alt_loops),
+        Alternative("equivariance in float64", "restored = attention on the unshuffled tokens, float64",
+                    _ap_alt_equivariance),
     ],
 ))
 
@@ -527,6 +737,56 @@ def _pe_odd_accepted(num_positions, d_model):
     return _pe_table(num_positions, d_model, lambda c: 2 * (c // 2) / d_model)
 
 
+def _pe_alt_d2l(num_positions, d_model):
+    # d2l's PositionalEncoding table: positions over a power of 10000, float32 throughout.
+    if num_positions <= 0:
+        raise ValueError(f"num_positions={num_positions} must be at least 1")
+    if d_model <= 0 or d_model % 2:
+        raise ValueError(f"d_model={d_model} must be even and positive")
+    P = torch.zeros((num_positions, d_model))
+    X = torch.arange(num_positions, dtype=torch.float32).reshape(-1, 1) / torch.pow(
+        10000, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+    P[:, 0::2] = torch.sin(X)
+    P[:, 1::2] = torch.cos(X)
+    return P
+
+
+def _pe_alt_exp_log(num_positions, d_model):
+    # The Annotated Transformer's form: frequencies as exp(-2i log(10000) / d_model), stacked.
+    if not num_positions >= 1:
+        raise ValueError("num_positions must be >= 1")
+    if not (d_model >= 2 and d_model % 2 == 0):
+        raise ValueError("d_model must be an even number >= 2")
+    position = torch.arange(0, num_positions).unsqueeze(1).float()
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model))
+    angles = position * div_term
+    return torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).reshape(num_positions, d_model)
+
+
+def _pe_alt_loops(num_positions, d_model):
+    # Every entry with Python's math, one at a time.
+    if num_positions < 1:
+        raise ValueError(f"expected num_positions >= 1, got {num_positions}")
+    if d_model < 1 or d_model % 2 == 1:
+        raise ValueError(f"expected an even d_model >= 2, got {d_model}")
+    rows = []
+    for pos in range(num_positions):
+        row = []
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            row += [math.sin(angle), math.cos(angle)]
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def _pe_d_model_first(num_positions, d_model):
+    if d_model < 2 or d_model % 2 != 0:
+        raise ValueError(f"d_model must be positive and even, got {d_model}")
+    if num_positions < 1:
+        raise ValueError(f"num_positions must be positive, got {num_positions}")
+    return _pe_table(num_positions, d_model, lambda c: 2 * (c // 2) / d_model)
+
+
 def _pe_small_calls(seed):
     return [Call(args=(4, 6))]
 
@@ -537,7 +797,8 @@ def _pe_table_calls(seed):
 
 def _pe_bad_calls(seed):
     return [Call(args=(3, 4)),     # a valid call first
-            Call(args=(5, 3)), Call(args=(0, 4)), Call(args=(4, 0)), Call(args=(-2, 4)), Call(args=(6, 7))]
+            Call(args=(5, 3)), Call(args=(0, 4)), Call(args=(4, 0)), Call(args=(-2, 4)), Call(args=(6, 7)),
+            Call(args=(0, 3)), Call(args=(-1, 0))]   # both wrong: num_positions is reported
 
 
 def _pe_bad_words(call):
@@ -560,8 +821,8 @@ register(Exercise(
                    "return float32 of shape (num_positions, d_model)."),
         Check("50 positions, d_model=16", _pe_table_calls, seed=0, atol=1e-4,
               hint="use the same frequency for columns 2i and 2i+1: 1 / 10000^(2i/d_model)."),
-        Check("odd or non-positive sizes raise ValueError naming the argument", _pe_bad_calls, seed=0,
-              atol=1e-4, must_mention=_pe_bad_words,
+        Check("odd or non-positive sizes raise ValueError naming the argument (num_positions when both "
+              "are wrong)", _pe_bad_calls, seed=0, atol=1e-4, must_mention=_pe_bad_words, weight=0.5,
               hint="refuse num_positions < 1 and an odd or non-positive d_model, naming the offending "
                    "argument in the message."),
         Check("random sizes (hidden)", _pe_random_calls, seed=12, public=False, atol=1e-4,
@@ -584,5 +845,15 @@ register(Exercise(
         Mistake("odd d_model accepted",
                 "an odd d_model leaves a sine without its cosine partner; refuse it with a ValueError "
                 "naming d_model.", _pe_odd_accepted),
+        Mistake("d_model checked first",
+                "when both num_positions and d_model are wrong, the contract asks for the error about "
+                "num_positions: test num_positions first.", _pe_d_model_first),
+    ],
+    alternatives=[
+        Alternative("d2l's table", "positions divided by torch.pow(10000, 2i/d_model), float32, slice "
+                    "assignment", _pe_alt_d2l),
+        Alternative("Annotated Transformer's frequencies", "exp(-2i log(10000)/d_model), sin and cos stacked "
+                    "and reshaped", _pe_alt_exp_log),
+        Alternative("Python loops", "math.sin and math.cos entry by entry", _pe_alt_loops),
     ],
 ))
