@@ -35,8 +35,9 @@ def to_plain(value: Any, depth: int = 0) -> Any:
         return {"__seq__": [to_plain(v, depth + 1) for v in tuple.__iter__(value)]}
     if isinstance(value, list):
         return {"__list__": [to_plain(v, depth + 1) for v in list.__iter__(value)]}
-    if type(value) is dict and all(type(k) is str for k in value):
-        return {"__dict__": {k: to_plain(v, depth + 1) for k, v in value.items()}}
+    # Dicts and their subclasses (OrderedDict, defaultdict) alike: a dict is a dict.
+    if isinstance(value, dict) and all(type(k) is str for k in dict.keys(value)):
+        return {"__dict__": {k: to_plain(v, depth + 1) for k, v in dict.items(value)}}
     try:
         import numpy as np
         if type(value) is np.ndarray:

@@ -240,3 +240,15 @@ def test_points_follow_check_weights(demo):
     assert shares == pytest.approx([demo.points * w / 2.5 for w in (1, 0.5, 1)])
     results = run_checks("ch99_ex1", _pool, hidden=True, seed=1)
     assert sum(r.points for r in results) == pytest.approx(demo.points)
+
+
+def test_a_dict_contract_accepts_dict_subclasses():
+    """An OrderedDict is a dict (found by an independent solver of ch03_ex4)."""
+    from collections import OrderedDict
+    ex = register(Exercise("ch99_ex3", "dicts", "shapes_of", lambda x: {"x": tuple(x.shape)},
+                           checks=[Check("a dict", lambda seed: [Call(args=(torch.ones(2, 3),))], hint="h")]))
+    try:
+        assert run_checks("ch99_ex3", lambda x: OrderedDict(x=tuple(x.shape)))[0].passed
+        assert not run_checks("ch99_ex3", lambda x: [("x", tuple(x.shape))])[0].passed
+    finally:
+        del REGISTRY["ch99_ex3"]
