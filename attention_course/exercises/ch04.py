@@ -12,6 +12,12 @@ Exercises
   on permuted tokens, and its output put back into the original token order.
 * ``ch04_ex5`` ``sinusoidal_encoding(num_positions, d_model)``: the sinusoidal
   positional encoding of Vaswani et al. (2017), interleaved sin/cos columns, float32.
+* ``ch04_ex6`` ``linear_state_dict(W_query, W_key, W_value)``: the ``(d_in, d_out)``
+  matrices of the chapter's ``nn.Parameter`` module as a state dict for exercise 3's
+  ``nn.Linear`` module (transfer: ``nn.Linear`` stores ``(d_out, d_in)``).
+* ``ch04_ex7`` ``offset_matrix(k, d_model)``: the block-diagonal rotation ``M_k`` with
+  ``M_k @ PE[pos] == PE[pos + k]`` for every position (transfer: the chapter shows one
+  2x2 block; negative offsets, the pair layout and validation are the student's).
 
 Decisions (documented in the notebook's contracts as well):
 
@@ -19,8 +25,9 @@ Decisions (documented in the notebook's contracts as well):
   are refused with a ``ValueError`` naming ``query_index``.
 * ``sinusoidal_encoding`` requires ``num_positions >= 1`` and an even ``d_model >= 2``
   (sines and cosines come in pairs); otherwise ``ValueError`` naming the argument.
-* Every check that expects an error starts with one valid call, so an untouched stub
-  fails it with the ``NotImplementedError`` reason (which names the label).
+* A check that expects an error holds only failing calls, so the test that caps
+  error-message checks at a fifth of the chapter's points counts it; an untouched stub
+  still fails it with the ``NotImplementedError`` reason (which names the label).
 * Every exercise keeps at least three correct alternatives in other styles (loops,
   einsum, float64 inside, torch's fused SDPA, LLMs-from-scratch's and d2l's layouts,
   the Annotated Transformer's exp-log frequencies); the tests prove they pass. Error-
@@ -103,8 +110,7 @@ def _cv_random_calls(seed):
 
 
 def _cv_bad_calls(seed):
-    return [Call(args=(INPUTS.clone(), 0)),          # a valid call first
-            Call(args=(INPUTS.clone(), 6)),
+    return [Call(args=(INPUTS.clone(), 6)),
             Call(args=(INPUTS.clone(), -1)),
             Call(args=(INPUTS.clone(), 100))]
 
@@ -235,7 +241,7 @@ def _ssa_batch_calls(seed):
 
 
 def _ssa_bad_calls(seed):
-    return [Call(args=(INPUTS.clone(),)), Call(args=(torch.tensor([0.5, 1.0, 2.0]),))]
+    return [Call(args=(torch.tensor([0.5, 1.0, 2.0]),)), Call(args=(torch.linspace(0.0, 1.0, 5),))]
 
 
 def _ssa_big_calls(seed):
@@ -621,8 +627,7 @@ def _ap_random_calls(seed):
 def _ap_bad_calls(seed):
     g = _gen(seed)
     w = _projections(g, 3, 2)
-    return [Call(args=(INPUTS.clone(), torch.tensor([5, 4, 3, 2, 1, 0])) + w),   # a valid call first
-            Call(args=(INPUTS.clone(), torch.tensor([0, 0, 1, 2, 3, 4])) + w),   # a repeated index
+    return [Call(args=(INPUTS.clone(), torch.tensor([0, 0, 1, 2, 3, 4])) + w),   # a repeated index
             Call(args=(INPUTS.clone(), torch.tensor([1, 0, 2, 3, 4])) + w),      # too short
             Call(args=(INPUTS.clone(), torch.tensor([1, 2, 3, 4, 5, 6])) + w)]   # out of range
 
@@ -796,8 +801,7 @@ def _pe_table_calls(seed):
 
 
 def _pe_bad_calls(seed):
-    return [Call(args=(3, 4)),     # a valid call first
-            Call(args=(5, 3)), Call(args=(0, 4)), Call(args=(4, 0)), Call(args=(-2, 4)), Call(args=(6, 7)),
+    return [Call(args=(5, 3)), Call(args=(0, 4)), Call(args=(4, 0)), Call(args=(-2, 4)), Call(args=(6, 7)),
             Call(args=(0, 3)), Call(args=(-1, 0))]   # both wrong: num_positions is reported
 
 
@@ -855,5 +859,309 @@ register(Exercise(
         Alternative("Annotated Transformer's frequencies", "exp(-2i log(10000)/d_model), sin and cos stacked "
                     "and reshaped", _pe_alt_exp_log),
         Alternative("Python loops", "math.sin and math.cos entry by entry", _pe_alt_loops),
+    ],
+))
+
+
+# ======================================================================= ch04_ex6
+
+_LINEAR_NAMES = ("W_query", "W_key", "W_value")
+
+
+def linear_state_dict(W_query, W_key, W_value):
+    """The (d_in, d_out) matrices of the nn.Parameter module as a state dict for the
+    nn.Linear module of exercise 3 (qkv_bias=False): nn.Linear computes x @ weight.T and
+    stores weight as (d_out, d_in), so each matrix goes in transposed."""
+    return {f"{name}.weight": W.T.contiguous()
+            for name, W in zip(_LINEAR_NAMES, (W_query, W_key, W_value))}
+
+
+def _lsd_untransposed(W_query, W_key, W_value):
+    return {f"{name}.weight": W.clone() for name, W in zip(_LINEAR_NAMES, (W_query, W_key, W_value))}
+
+
+def _lsd_reshaped(W_query, W_key, W_value):
+    return {f"{name}.weight": W.reshape(W.shape[1], W.shape[0])
+            for name, W in zip(_LINEAR_NAMES, (W_query, W_key, W_value))}
+
+
+def _lsd_bare_names(W_query, W_key, W_value):
+    return {name: W.T.contiguous() for name, W in zip(_LINEAR_NAMES, (W_query, W_key, W_value))}
+
+
+def _lsd_with_biases(W_query, W_key, W_value):
+    out = linear_state_dict(W_query, W_key, W_value)
+    for name, W in zip(_LINEAR_NAMES, (W_query, W_key, W_value)):
+        out[f"{name}.bias"] = torch.zeros(W.shape[1], dtype=W.dtype)
+    return out
+
+
+class _LsdLayers(nn.Module):
+    def __init__(self, d_in, d_out, dtype):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=False, dtype=dtype)
+        self.W_key = nn.Linear(d_in, d_out, bias=False, dtype=dtype)
+        self.W_value = nn.Linear(d_in, d_out, bias=False, dtype=dtype)
+
+
+def _lsd_alt_copy(W_query, W_key, W_value):
+    """Build the nn.Linear layers, copy the transposed matrices in under no_grad, and
+    return the module's own state_dict as a plain dict."""
+    d_in, d_out = W_query.shape
+    layers = _LsdLayers(d_in, d_out, W_query.dtype)
+    with torch.no_grad():
+        layers.W_query.weight.copy_(W_query.t())
+        layers.W_key.weight.copy_(W_key.t())
+        layers.W_value.weight.copy_(W_value.t())
+    return dict(layers.state_dict())
+
+
+def _lsd_alt_parameter(W_query, W_key, W_value):
+    """One nn.Linear per matrix, its weight replaced by a new nn.Parameter, keys prefixed."""
+    out = {}
+    for prefix, W in (("W_query", W_query), ("W_key", W_key), ("W_value", W_value)):
+        layer = nn.Linear(W.shape[0], W.shape[1], bias=False)
+        layer.weight = nn.Parameter(torch.transpose(W, 0, 1).clone())
+        for key, value in layer.state_dict().items():
+            out[prefix + "." + key] = value
+    return out
+
+
+def _lsd_alt_identity(W_query, W_key, W_value):
+    """Read each weight off nn.Linear's definition: F.linear(x, A) = x @ A.T, so A is what
+    x @ W gives for x = the identity, transposed (einsum)."""
+    eye = torch.eye(W_query.shape[0], dtype=W_query.dtype)
+    return {"W_query.weight": torch.einsum("ij->ji", eye @ W_query),
+            "W_key.weight": torch.einsum("ij->ji", eye @ W_key),
+            "W_value.weight": torch.einsum("ij->ji", eye @ W_value)}
+
+
+def _lsd_chapter_calls(seed):
+    # The chapter's own matrices: the same generator and order as its cell.
+    gen = torch.Generator().manual_seed(2024)
+    mats = tuple(torch.randn(3, 2, generator=gen) for _ in range(3))
+    return [Call(args=mats)]
+
+
+def _lsd_other_calls(seed):
+    g = _gen(seed)
+    return [Call(args=tuple(torch.randn(5, 4, generator=g, dtype=torch.float64) for _ in range(3)))]
+
+
+def _lsd_random_calls(seed):
+    g = _gen(seed)
+    d_in, d_out = int(torch.randint(2, 9, (1,), generator=g)), int(torch.randint(2, 9, (1,), generator=g))
+    square = int(torch.randint(2, 7, (1,), generator=g))
+    return [Call(args=tuple(torch.randn(d_in, d_out, generator=g) for _ in range(3))),
+            Call(args=tuple(torch.randn(square, square, generator=g) for _ in range(3)))]
+
+
+register(Exercise(
+    label="ch04_ex6", title="From nn.Parameter matrices to nn.Linear weights",
+    name="linear_state_dict", reference=linear_state_dict, points=1,
+    checks=[
+        Check("the chapter's W_q, W_k, W_v (d_in=3, d_out=2)", _lsd_chapter_calls, seed=0,
+              hint="this check compares your dict (its keys, and each tensor's shape, dtype and values) "
+                   "with what SelfAttention(3, 2) must load to compute x @ W_q, x @ W_k and x @ W_v: look "
+                   "at how nn.Linear stores and applies its weight."),
+        Check("float64 matrices with d_in=5, d_out=4", _lsd_other_calls, seed=1,
+              hint="this check uses other sizes and float64: the weights keep the matrices' dtype, and "
+                   "their shape follows nn.Linear(d_in, d_out)."),
+        Check("random sizes, one of them square (hidden)", _lsd_random_calls, public=False,
+              hint="check other sizes, including d_in == d_out, where only the values tell a transpose "
+                   "from no transpose."),
+    ],
+    mistakes=[
+        Mistake("not transposed",
+                "your weights have the matrices' own shape (d_in, d_out); nn.Linear(d_in, d_out) stores "
+                "its weight as (d_out, d_in) and computes x @ weight.T, so each matrix goes in transposed.",
+                _lsd_untransposed),
+        Mistake("reshaped instead of transposed",
+                "your weights have the right shape but the wrong values: a reshape to (d_out, d_in) "
+                "reorders the numbers row by row; a transpose swaps rows and columns.", _lsd_reshaped),
+        Mistake("names without .weight",
+                "the keys of a state dict name the parameter inside each layer: 'W_query.weight', not "
+                "'W_query'.", _lsd_bare_names),
+        Mistake("zero biases added",
+                "exercise 3's module with qkv_bias=False has no bias parameters, so load_state_dict "
+                "refuses 'W_query.bias' and friends; return the three weights only.", _lsd_with_biases),
+    ],
+    alternatives=[
+        Alternative("copy_ into real layers", "nn.Linear layers in a module, copy_ under no_grad, "
+                    "dict(module.state_dict())", _lsd_alt_copy),
+        Alternative("weight replaced by a new Parameter", "per-layer nn.Parameter assignment, "
+                    "torch.transpose, keys prefixed from each layer's state_dict", _lsd_alt_parameter),
+        Alternative("read off F.linear's definition", "the identity pushed through x @ W, transposed "
+                    "with einsum", _lsd_alt_identity),
+    ],
+))
+
+
+# ======================================================================= ch04_ex7
+
+def offset_matrix(k, d_model):
+    """M_k, float32 (d_model, d_model): M_k @ PE[pos] == PE[pos + k] for every pos."""
+    if d_model < 2 or d_model % 2 != 0:
+        raise ValueError(f"d_model must be a positive even integer (sin/cos pairs), got {d_model}")
+    pairs = torch.arange(d_model // 2, dtype=torch.float64)
+    omega = 10000.0 ** (-2 * pairs / d_model)
+    c, s = torch.cos(omega * k), torch.sin(omega * k)
+    M = torch.zeros(d_model, d_model, dtype=torch.float64)
+    even = 2 * torch.arange(d_model // 2)
+    M[even, even], M[even, even + 1] = c, s
+    M[even + 1, even], M[even + 1, even + 1] = -s, c
+    return M.float()
+
+
+def _om_validate(d_model):
+    if d_model < 2 or d_model % 2:
+        raise ValueError(f"d_model={d_model} must be even and positive")
+
+
+def _om_blocks(k, d_model, freq_exponent, sign=1.0, angle_of=lambda w, k: w * k, half=False):
+    n = d_model // 2
+    M = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for i in range(n):
+        w = 10000.0 ** (-freq_exponent(i, d_model))
+        a = angle_of(w, k)
+        c, s = math.cos(a), sign * math.sin(a)
+        r0, r1 = (i, i + n) if half else (2 * i, 2 * i + 1)
+        M[r0, r0], M[r0, r1], M[r1, r0], M[r1, r1] = c, s, -s, c
+    return M.float()
+
+
+def _om_transposed(k, d_model):
+    _om_validate(d_model)
+    return _om_blocks(k, d_model, lambda i, d: 2 * i / d, sign=-1.0)
+
+
+def _om_exponent_i(k, d_model):
+    _om_validate(d_model)
+    return _om_blocks(k, d_model, lambda i, d: i / d)
+
+
+def _om_rotate_half(k, d_model):
+    _om_validate(d_model)
+    return _om_blocks(k, d_model, lambda i, d: 2 * i / d, half=True)
+
+
+def _om_angle_without_k(k, d_model):
+    _om_validate(d_model)
+    return _om_blocks(k, d_model, lambda i, d: 2 * i / d, angle_of=lambda w, k: w)
+
+
+def _om_odd_accepted(k, d_model):
+    if d_model < 1:
+        raise ValueError(f"d_model must be positive, got {d_model}")
+    M = torch.eye(d_model)
+    M[:d_model - d_model % 2, :d_model - d_model % 2] = _om_blocks(k, d_model - d_model % 2,
+                                                                     lambda i, d: 2 * i / d)
+    return M
+
+
+def _om_alt_loops(k, d_model):
+    """Python loops and math.cos / math.sin, one 2x2 block at a time."""
+    if d_model <= 0 or d_model % 2 == 1:
+        raise ValueError(f"expected an even, positive d_model, got d_model = {d_model}")
+    M = torch.zeros(d_model, d_model)
+    for i in range(d_model // 2):
+        angle = k / 10000 ** (2 * i / d_model)
+        block = torch.tensor([[math.cos(angle), math.sin(angle)],
+                              [-math.sin(angle), math.cos(angle)]])
+        M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = block
+    return M
+
+
+def _om_alt_block_diag(k, d_model):
+    """torch.block_diag of 2x2 rotations built from float32 angles."""
+    if not (isinstance(d_model, int) and d_model > 0 and d_model % 2 == 0):
+        raise ValueError("d_model has to be a positive even number, not " + str(d_model))
+    freqs = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    angles = freqs * k
+    blocks = [torch.stack([torch.stack([a.cos(), a.sin()]), torch.stack([-a.sin(), a.cos()])])
+              for a in angles]
+    return torch.block_diag(*blocks)
+
+
+def _om_alt_power(k, d_model):
+    """M_1 to the power k in float64 (negative powers invert it): k steps of one."""
+    if d_model % 2 or d_model < 2:
+        raise ValueError(f"offset_matrix needs an even d_model >= 2; d_model={d_model}")
+    one = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for i in range(0, d_model, 2):
+        w = 1.0 / 10000 ** (i / d_model)
+        one[i:i + 2, i:i + 2] = torch.tensor([[math.cos(w), math.sin(w)], [-math.sin(w), math.cos(w)]],
+                                             dtype=torch.float64)
+    return torch.linalg.matrix_power(one, k).to(torch.float32)
+
+
+def _om_chapter_calls(seed):
+    return [Call(args=(5, 32))]
+
+
+def _om_negative_calls(seed):
+    return [Call(args=(-3, 8)), Call(args=(0, 8)), Call(args=(1, 2))]
+
+
+def _om_long_calls(seed):
+    return [Call(args=(40, 64))]
+
+
+def _om_bad_calls(seed):
+    return [Call(args=(5, 7)), Call(args=(1, 0)), Call(args=(2, -4))]
+
+
+def _om_random_calls(seed):
+    g = _gen(seed)
+    k1, k2 = (int(torch.randint(-40, 41, (1,), generator=g)) for _ in range(2))
+    d1, d2 = (2 * int(torch.randint(1, 25, (1,), generator=g)) for _ in range(2))
+    return [Call(args=(k1, d1)), Call(args=(k2, d2))]
+
+
+register(Exercise(
+    label="ch04_ex7", title="The offset matrix M_k",
+    name="offset_matrix", reference=offset_matrix, points=2,
+    checks=[
+        Check("k=5, d_model=32 (the chapter's table)", _om_chapter_calls, seed=0, atol=1e-5,
+              hint="this check compares the whole (32, 32) matrix: look at the frequency of each pair, at "
+                   "which columns form a pair, and at the sign of the sine in each 2x2 block (work it out "
+                   "from sin(a + b) and cos(a + b), with a pair ordered (sin, cos))."),
+        Check("a negative offset, a zero offset, one pair: (k, d_model) = (-3, 8), (0, 8), (1, 2)",
+              _om_negative_calls, seed=0, atol=1e-5,
+              hint="this check covers k < 0 (turning back) and k = 0, for which M_k must be the identity."),
+        Check("a long offset in a wide table: k=40, d_model=64", _om_long_calls, seed=0, atol=1e-5,
+              hint="this check uses larger angles: every block turns by its frequency times k."),
+        Check("an odd or non-positive d_model raises ValueError naming d_model", _om_bad_calls, seed=0,
+              must_mention=["d_model"], weight=0.5,
+              hint="refuse a d_model that is not a positive even number, and name d_model in the message."),
+        Check("random offsets and widths (hidden)", _om_random_calls, public=False, atol=1e-5,
+              hint="block i turns by k / 10000^(2i/d_model), for any k and any even d_model."),
+    ],
+    mistakes=[
+        Mistake("blocks turn the wrong way",
+                "your matrix maps PE[pos] to PE[pos - k]: the sine terms have the wrong signs. With a pair "
+                "ordered (sin, cos), sin(a + b) = sin a cos b + cos a sin b fixes the first row.",
+                _om_transposed),
+        Mistake("exponent i/d_model",
+                "your frequencies fall too slowly: pair i turns by 1 / 10000^(2i/d_model) per position.",
+                _om_exponent_i),
+        Mistake("rotate-half layout",
+                "you paired column i with column i + d_model/2 (the layout some rotary-embedding code "
+                "uses); the sinusoidal table pairs column 2i (sin) with column 2i+1 (cos).",
+                _om_rotate_half),
+        Mistake("angle without k",
+                "every block turns by the same angle whatever k is; the angle of pair i is its frequency "
+                "times k (so that k = 0 gives the identity).", _om_angle_without_k),
+        Mistake("odd d_model accepted",
+                "an odd d_model leaves a column without a partner; refuse it with a ValueError naming "
+                "d_model.", _om_odd_accepted),
+    ],
+    alternatives=[
+        Alternative("Python loops", "math.cos and math.sin, one 2x2 block assigned at a time",
+                    _om_alt_loops),
+        Alternative("torch.block_diag", "2x2 rotations from float32 exp-log frequencies, block_diag",
+                    _om_alt_block_diag),
+        Alternative("a matrix power", "M_1 built once in float64, torch.linalg.matrix_power(M_1, k)",
+                    _om_alt_power),
     ],
 ))
