@@ -700,7 +700,23 @@ def _cued_zero_calls(seed):
 def _cued_far_calls(seed):
     g = torch.Generator().manual_seed(seed)
     queries, keys, salience = _cued_inputs(g, 3, 5, 2)
-    return [Call(args=(queries + 100.0, keys, salience))]  # squared distances near 2e4
+    # And the nearest key switched off (salience 0) with every other key some 400 squared
+    # units further: shifting by the largest distance score over ALL keys (the switched-off
+    # one included) underflows every key that can get weight, 0/0 (found by an
+    # independent solver: such answers passed every check before).
+    gap = 20.0 + 2.0 * torch.rand((), generator=g).item()
+    near_off = (torch.zeros(1, 2), torch.tensor([[0.5, 0.0], [gap, 0.0], [0.0, -gap - 1.0]]),
+                torch.tensor([0.0, 1.0, 2.0]))
+    return [Call(args=(queries + 100.0, keys, salience)),  # squared distances near 2e4
+            Call(args=near_off)]
+
+
+def _cued_far_only_calls(seed):
+    return _cued_far_calls(seed)[:1]
+
+
+def _cued_off_calls(seed):
+    return _cued_far_calls(seed)[1:]
 
 
 def _cued_float64_calls(seed):
@@ -755,7 +771,10 @@ def _cued_alt_after_softmax(queries, keys, salience, temperature=1.0):
     if (salience < 0).any() or salience.sum() == 0:
         raise ValueError("bad salience: need non-negative entries, not all zero")
     gaps = queries.unsqueeze(1) - keys.unsqueeze(0)
-    distance_weights = torch.softmax(-gaps.pow(2).sum(-1) / temperature, dim=-1)
+    # The softmax runs over the keys that are switched on only: a switched-off nearest key
+    # must not set the scale, or every key that can get weight underflows to 0.
+    scores = (-gaps.pow(2).sum(-1) / temperature).masked_fill(salience == 0, float("-inf"))
+    distance_weights = torch.softmax(scores, dim=-1)
     boosted = distance_weights * salience  # then renormalise: the common factor cancels
     return boosted / boosted.sum(dim=-1, keepdim=True)
 
@@ -812,7 +831,11 @@ register(Exercise(
         Check("a salience of 0 switches a key off", _cued_zero_calls, seed=2,
               hint="two keys of this check have salience 0; look at their columns and at the "
                    "row sums."),
-        Check("queries far from every key still give finite weights", _cued_far_calls, seed=3,
+        Check("the nearest key switched off and every other key far: finite weights (hidden)",
+              _cued_off_calls, seed=6, public=False, weight=0.5, compare=_finite_then_close(1e-4, 1e-5),
+              hint="the key nearest to the query has salience 0 and the others are some 400 squared "
+                   "units further; every number you divide by must stay above 0."),
+        Check("queries far from every key still give finite weights", _cued_far_only_calls, seed=3,
               compare=_finite_then_close(1e-4, 1e-5),
               hint="the queries are about 140 units from every key, so the squared distances are "
                    "near 2e4; look at what exp does with such numbers in float32."),
