@@ -231,6 +231,13 @@ def _ssa_first_axes(inputs):
     return weights, weights @ inputs
 
 
+def _ssa_dot_T(inputs):
+    # LLMs-from-scratch's `inputs @ inputs.T`: right for one sequence, not for a batch.
+    _sa_check(inputs)
+    weights = torch.softmax(inputs @ inputs.T, dim=-1)
+    return weights, weights @ inputs
+
+
 def _ssa_sentence_calls(seed):
     return [Call(args=(INPUTS.clone(),))]
 
@@ -310,6 +317,10 @@ register(Exercise(
         Mistake("transposed the first two axes",
                 "for a batch, swap only the last two axes (tokens and features) of the keys; the batch "
                 "axis must stay in front.", _ssa_first_axes),
+        Mistake("inputs.T on a batch",
+                "on a batch (a 3-D tensor), .T reverses all three axes instead of swapping the last two "
+                "(the token and feature axes); swap only those two, so that the same code serves one "
+                "sequence and a batch.", _ssa_dot_T),
     ],
     alternatives=[
         Alternative("einsum", "einsum over '...' batch axes, Tensor.softmax", _ssa_alt_einsum),
@@ -493,7 +504,8 @@ register(Exercise(
                 _SAIgnoresBias),
         Mistake("keys.T on a batch",
                 "on a batch (a 3-D tensor), keys.T reverses all three axes instead of swapping the last "
-                "two; use keys.transpose(-2, -1) (or keys.mT), which works for one sequence and for a batch.",
+                "two (the token and feature axes); swap only those two, so that the same code serves one "
+                "sequence and a batch.",
                 _SAKeysT),
     ],
     alternatives=[
