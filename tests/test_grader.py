@@ -611,6 +611,7 @@ def test_progress_bar_is_tqdm_in_a_terminal_and_one_line_in_a_log(tty):
     text = stream.getvalue()
     if tty:  # tqdm's own bar: percentage, counts and rate
         assert "chapter 03: 100%|" in text and "3/3" in text and "submission/s" in text, text
+        assert "submissions graded in" not in text, text  # the bar, not the bar and a log line
     else:  # a log gets no carriage returns and no redraws, just the result
         assert "\r" not in text and text.count("\n") == 1, repr(text)
         assert text.startswith("chapter 03: 3/3 submissions graded in "), text

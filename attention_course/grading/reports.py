@@ -221,8 +221,9 @@ class ProgressBar:
             self.start = time.monotonic()
         self._bar.update(done - self._bar.n)
         if done >= total:
+            drawn = not self._bar.disable  # read before close(), which sets disable
             self._bar.close()
-            if self._bar.disable:
+            if not drawn:
                 self.stream.write(f"{self.label}: {done}/{total} submissions graded in "
                                   f"{time.monotonic() - self.start:.1f} s\n")
             self.stream.flush()
