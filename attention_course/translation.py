@@ -1,17 +1,22 @@
-"""Chapter 7: a translation task the course generates itself, and a GRU encoder-decoder
-with (or without) additive attention that learns it on a CPU in well under a minute.
+"""Chapter 7: translation tasks the course generates itself, and a GRU encoder-decoder
+with (or without) additive attention that learns them on a CPU.
 
-The task
---------
-*Dates written by people* -> *ISO 8601 dates*. A source text is a date in one of
-many human formats ("3rd of March, 1998", "Mar 3 98", "03.03.1998", "Tuesday,
-March 3, 1998", ...) or a **date range** made of two such dates inside a short
-phrase ("from 3 Mar 1998 until the fifth of April, 2001"). The target is the ISO
-date ``1998-03-03``, or the ISO 8601 interval ``1998-03-03/2001-04-05`` for a range.
-Single dates are at most about 35 characters long; ranges reach 80. The ranges are
-there on purpose: the information a model must carry from the source to the target
-grows with the length of the source, which is what makes a fixed-length summary of
-the source the bottleneck (the lesson of Bahdanau et al., 2014).
+The tasks
+---------
+*Dates written by people* -> *ISO 8601 dates*. A date is written in one of many
+human formats ("3rd of March, 1998", "Mar 3 98", "03.03.1998", "Tuesday, March 3,
+1998", ...), in its own case or in lower or upper case.
+
+* :func:`make_dataset` (the original task, used by ``bench/bahdanau.py``): a single
+  date -> ``1998-03-03``, or a **date range**, two dates inside a short phrase ("from
+  3 Mar 1998 until the fifth of April, 2001") -> the ISO 8601 interval
+  ``1998-03-03/2001-04-05``.
+* :func:`make_list_example` / :func:`make_list_split` (the **list task**, chapter 7's
+  experiment): ``num_dates`` dates joined by ", ", " and ", " then " or " or ", -> their
+  ISO forms separated by ``;`` (:data:`LIST_TARGET_VOCAB`). The number of dates is the
+  amount of information the model must carry; ``filler`` words (:data:`FILLER_WORDS`)
+  make the source longer without adding any, so that length and information can be
+  varied separately.
 
 Conventions, so that every source has exactly one correct target:
 
@@ -21,13 +26,13 @@ Conventions, so that every source has exactly one correct target:
 * a range's second date is never before its first.
 
 Everything random comes from a local :class:`random.Random` seeded by the caller, so
-:func:`make_dataset` returns the same splits on every machine and never touches
-Python's or torch's global random state. The splits never share a source text.
+the splits are the same on every machine and never touch Python's or torch's global
+random state. The splits never share a source text.
 
 Vocabularies
 ------------
-Two character vocabularies, :data:`SOURCE_VOCAB` and :data:`TARGET_VOCAB`, each
-starting with the three special tokens ``<pad>`` (index 0), ``<bos>`` (1) and
+Character vocabularies, :data:`SOURCE_VOCAB`, :data:`TARGET_VOCAB` and
+:data:`LIST_TARGET_VOCAB`, each starting with the three special tokens ``<pad>`` (index 0), ``<bos>`` (1) and
 ``<eos>`` (2).
 
 Models
@@ -46,10 +51,11 @@ Models
 * :class:`Seq2Seq` -- encoder + decoder; ``forward`` uses teacher forcing,
   :meth:`Seq2Seq.greedy` decodes greedily and returns the attention weights.
 
-Training and evaluation: :func:`train_model` (seeded, with a text progress bar,
-a step or a time budget), :func:`exact_match`, :func:`translate`,
-:func:`accuracy_by_length`. The shipped trained weights (made by
-``bench/bahdanau.py``) load with :func:`load_pretrained`.
+Training and evaluation: :func:`training_step` (one teacher-forced optimiser step),
+:func:`train_model` (seeded, a fixed number of steps, a tqdm progress bar),
+:func:`greedy_outputs`, :func:`exact_match`, :func:`list_date_accuracy`,
+:func:`translate`, :func:`accuracy_by_length`. The shipped trained weights (made by
+``bench/bahdanau.py`` and ``bench/ch07_experiment.py``) load with :func:`load_pretrained`.
 """
 from __future__ import annotations
 
@@ -65,12 +71,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tqdm.auto import tqdm
+
 from .functional import masked_softmax
 
-__all__ = ["Vocab", "SOURCE_VOCAB", "TARGET_VOCAB", "format_date", "to_iso", "random_date",
-           "make_example", "make_dataset", "Batches", "encode_split", "Encoder",
-           "AttentionDecoder", "PlainDecoder", "Seq2Seq", "build_model", "train_model",
-           "exact_match", "translate", "accuracy_by_length", "load_pretrained", "PRETRAINED_DIR"]
+__all__ = ["Vocab", "SOURCE_VOCAB", "TARGET_VOCAB", "LIST_TARGET_VOCAB", "FILLER_WORDS", "format_date",
+           "to_iso", "random_date", "make_example", "make_dataset", "make_list_example",
+           "make_list_split", "list_date_accuracy", "Batches", "encode_split", "Encoder",
+           "AttentionDecoder", "PlainDecoder", "Seq2Seq", "build_model", "training_step", "train_model",
+           "greedy_outputs", "exact_match", "translate", "accuracy_by_length", "load_pretrained",
+           "PRETRAINED_DIR"]
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
@@ -218,6 +228,97 @@ def make_dataset(num_train: int = 40000, num_val: int = 1000, num_test: int = 20
                 pairs.append((source, target))
         splits[name] = pairs
     return {name: splits[name] for name in ("train", "val", "test")}
+
+
+# ------------------------------------------------------------------ the list task (chapter 7's experiment)
+
+#: The target vocabulary of the list task: ISO dates separated by ``;``.
+LIST_TARGET_VOCAB = Vocab("-0123456789;")
+
+#: Words that carry no date: the filler that lengthens a source without adding information.
+#: None of them contains a month, a weekday, an ordinal word or one of their abbreviations.
+FILLER_WORDS = ("note", "please", "team", "call", "ahead", "okay", "thanks", "agenda", "desk",
+                "room", "lunch", "draft", "report", "review", "budget", "plan", "client", "visit",
+                "booked", "also", "check", "with", "everyone", "before", "later", "meeting", "trip",
+                "flight", "hotel", "notes", "reminder", "snacks", "bring", "slides")
+_CONNECTORS = (", ", " and ", " then ", " or ")
+
+
+def _filler(rng: random.Random, num_chars: int) -> list:
+    """Filler words whose text, joined by spaces, has at least ``num_chars`` characters."""
+    words, size = [], -1
+    while size < num_chars:
+        word = rng.choice(FILLER_WORDS)
+        words.append(word)
+        size += len(word) + 1
+    return words
+
+
+def make_list_example(rng: random.Random, num_dates: int, filler: int = 0) -> tuple:
+    """One ``(source, target)`` pair of the list task.
+
+    The source writes ``num_dates`` dates, each in a format and case of its own (as in
+    :func:`make_example`), joined by ``", "``, ``" and "``, ``" then "`` or ``" or "``.
+    With ``filler > 0``, filler words (:data:`FILLER_WORDS`, at least ``filler``
+    characters in all) are spread over the gaps before, between and after the dates:
+    the source grows longer but carries the same information. The target lists the
+    dates in ISO form, in the order of the source, separated by ``;``
+    (vocabulary :data:`LIST_TARGET_VOCAB`).
+    """
+    if isinstance(num_dates, bool) or not isinstance(num_dates, int) or num_dates < 1:
+        raise ValueError(f"num_dates must be a positive integer, got {num_dates!r}")
+    if isinstance(filler, bool) or not isinstance(filler, int) or filler < 0:
+        raise ValueError(f"filler must be a non-negative integer, got {filler!r}")
+    dates = [random_date(rng) for _ in range(num_dates)]
+    texts = [_random_text(rng, d) for d in dates]
+    gaps = [[] for _ in range(num_dates + 1)]           # words before, between and after the dates
+    if filler:
+        for word in _filler(rng, filler):
+            gaps[rng.randrange(num_dates + 1)].append(word)
+    pieces = []
+    for k in range(num_dates + 1):
+        if k > 0:
+            pieces.append(texts[k - 1])
+        if gaps[k]:
+            pieces.append(" ".join(gaps[k]))
+        if 0 < k < num_dates:
+            pieces.append(rng.choice(_CONNECTORS).strip(" ") or ",")
+    source = " ".join(pieces).replace(" ,", ",")
+    return source, ";".join(to_iso(d) for d in dates)
+
+
+def make_list_split(size: int, num_dates, filler, seed: int, exclude: Optional[set] = None) -> list:
+    """``size`` distinct pairs of the list task from a :class:`random.Random` seeded with ``seed``.
+
+    ``num_dates`` and ``filler`` are each an int (fixed) or a ``(low, high)`` tuple
+    (drawn uniformly, both ends included, for every example). Sources in ``exclude``
+    are skipped, and the new ones are added to it (so splits drawn one after the other
+    share no source text).
+    """
+    rng = random.Random(seed)
+    seen = exclude if exclude is not None else set()
+    draw = (lambda r, v: r.randint(*v) if isinstance(v, tuple) else v)
+    pairs = []
+    while len(pairs) < size:
+        source, target = make_list_example(rng, draw(rng, num_dates), draw(rng, filler))
+        if source not in seen:
+            seen.add(source)
+            pairs.append((source, target))
+    return pairs
+
+
+def list_date_accuracy(outputs: list, targets: list) -> torch.Tensor:
+    """Float ``(n,)``: the fraction of each target's dates that the output has right, in place.
+
+    Outputs and targets are ``;``-separated date lists; the k-th date of the output
+    counts only if it equals the k-th date of the target (a missing date counts as wrong,
+    an extra one is ignored -- it makes the exact match fail).
+    """
+    fractions = []
+    for output, target in zip(outputs, targets):
+        want, got = target.split(";"), output.split(";")
+        fractions.append(sum(g == w for g, w in zip(got, want)) / len(want))
+    return torch.tensor(fractions)
 
 
 # ------------------------------------------------------------------ tensors and batches
@@ -397,10 +498,12 @@ class Seq2Seq(nn.Module):
         sequence's first ``<eos>`` is to be ignored (:meth:`Vocab.decode` stops there).
         """
         enc_outputs, hidden = self.encoder(src, src_lens)
+        # The keys W_k h_j are the same at every step: compute them once (as forward does).
+        keys = self.decoder.W_k(enc_outputs) if isinstance(self.decoder, AttentionDecoder) else None
         tokens = torch.full((src.shape[0],), Vocab.bos, dtype=torch.long)
         out_tokens, out_weights = [], []
         for _ in range(max_len):
-            logits, hidden, weights = self.decoder.step(hidden, tokens, enc_outputs, src_lens)
+            logits, hidden, weights = self.decoder.step(hidden, tokens, enc_outputs, src_lens, keys)
             tokens = logits.argmax(dim=-1)
             out_tokens.append(tokens)
             out_weights.append(weights)
@@ -412,8 +515,10 @@ def build_model(attention: bool = True, embed_size: int = 32, num_hiddens: int =
                 src_vocab: Vocab = SOURCE_VOCAB, tgt_vocab: Vocab = TARGET_VOCAB) -> Seq2Seq:
     """The chapter's model, with :class:`AttentionDecoder` or :class:`PlainDecoder`."""
     decoder_class = AttentionDecoder if attention else PlainDecoder
-    return Seq2Seq(Encoder(len(src_vocab), embed_size, num_hiddens),
-                   decoder_class(len(tgt_vocab), embed_size, num_hiddens))
+    model = Seq2Seq(Encoder(len(src_vocab), embed_size, num_hiddens),
+                    decoder_class(len(tgt_vocab), embed_size, num_hiddens))
+    model.tgt_vocab = tgt_vocab     # what exact_match and translate decode with by default
+    return model
 
 
 # ------------------------------------------------------------------ evaluation
@@ -422,29 +527,45 @@ def _max_target_len(data: Batches) -> int:
     return data.tgt_out.shape[1]
 
 
+def _vocab_of(model, tgt_vocab: Optional[Vocab]) -> Vocab:
+    return tgt_vocab if tgt_vocab is not None else getattr(model, "tgt_vocab", TARGET_VOCAB)
+
+
 @torch.no_grad()
-def exact_match(model: Seq2Seq, data: Batches, batch_size: int = 1000,
-                tgt_vocab: Vocab = TARGET_VOCAB) -> torch.Tensor:
-    """Bool ``(n,)``: True where the greedy output equals the target exactly."""
+def greedy_outputs(model: Seq2Seq, data: Batches, batch_size: int = 1000,
+                   tgt_vocab: Optional[Vocab] = None) -> list:
+    """The greedy translation (text) of every source of ``data``, at most as long as its targets.
+
+    ``tgt_vocab`` defaults to the vocabulary the model was built with (:func:`build_model`).
+    """
+    tgt_vocab = _vocab_of(model, tgt_vocab)
     was_training = model.training
     model.eval()
-    correct = []
+    outputs = []
     for start in range(0, len(data), batch_size):
         index = torch.arange(start, min(start + batch_size, len(data)))
         src, src_lens, _, _ = data.batch(index)
         tokens, _ = model.greedy(src, src_lens, _max_target_len(data))
-        correct += [tgt_vocab.decode(row) == data.pairs[i][1]
-                    for row, i in zip(tokens, index.tolist())]
+        outputs += [tgt_vocab.decode(row) for row in tokens]
     model.train(was_training)
-    return torch.tensor(correct)
+    return outputs
+
+
+def exact_match(model: Seq2Seq, data: Batches, batch_size: int = 1000,
+                tgt_vocab: Optional[Vocab] = None) -> torch.Tensor:
+    """Bool ``(n,)``: True where the greedy output equals the target exactly."""
+    outputs = greedy_outputs(model, data, batch_size, tgt_vocab)
+    return torch.tensor([out == target for out, (_, target) in zip(outputs, data.pairs)])
 
 
 @torch.no_grad()
 def translate(model: Seq2Seq, texts: list, max_len: int = 22, src_vocab: Vocab = SOURCE_VOCAB,
-              tgt_vocab: Vocab = TARGET_VOCAB) -> list:
+              tgt_vocab: Optional[Vocab] = None) -> list:
     """Greedy translations of ``texts``: a list of ``(output text, weights)``, where
     ``weights`` has shape ``(len(output) + 1, len(text))`` (one row per output
-    character and one for ``<eos>``) or is ``None`` without attention."""
+    character and one for ``<eos>``) or is ``None`` without attention. ``tgt_vocab``
+    defaults to the vocabulary the model was built with."""
+    tgt_vocab = _vocab_of(model, tgt_vocab)
     model.eval()
     data = encode_split([(t, "") for t in texts], src_vocab, tgt_vocab)
     tokens, weights = model.greedy(data.src, data.src_lens, max_len)
@@ -473,11 +594,6 @@ def accuracy_by_length(correct: torch.Tensor, lengths: torch.Tensor, edges: list
 
 # ------------------------------------------------------------------ training
 
-def _bar(fraction: float, width: int = 24) -> str:
-    filled = int(round(fraction * width))
-    return "[" + "#" * filled + "-" * (width - filled) + "]"
-
-
 def _bucketed_batches(data: Batches, batch_size: int, generator: torch.Generator) -> list:
     """One epoch of batches of similar source length, in random order.
 
@@ -497,43 +613,49 @@ def train_model(model: Seq2Seq, train: Batches, *, val: Optional[Batches] = None
                 batch_size: int = 128, lr: float = 5e-3, clip: float = 1.0,
                 eval_every: int = 100, target: Optional[float] = None,
                 stop_at_target: bool = False, seed: int = 0, progress: str = "bar",
-                file=None) -> list:
+                file=None, evaluate=None) -> list:
     """Train with teacher forcing, Adam and cross-entropy over the non-padding targets.
 
-    The budget is ``max_steps`` optimiser steps and/or ``max_seconds`` of training
-    time (evaluation time is not counted). Every ``eval_every`` steps (and at the
-    end) the exact-match accuracy on ``val`` is measured. Returns the history, a
+    The budget is ``max_steps`` optimiser steps. (``max_seconds``, a training-time
+    budget, is still accepted, but a result trained for a time depends on the machine
+    and on its load: the course trains by steps.) Every ``eval_every`` steps (and at
+    the end) the exact-match accuracy on ``val`` is measured. Returns the history, a
     list of dicts ``{"step", "seconds", "loss", "val_acc"}`` (``val_acc`` is None
-    without ``val``); ``seconds`` is the training time so far.
+    without ``val``); ``seconds`` is the training time so far. ``evaluate``, if given,
+    is called as ``evaluate(model)`` at every evaluation and the dict it returns is
+    merged into that entry of the history (other measures than the exact match).
 
     Batches are drawn from a local generator seeded with ``seed``. ``progress``:
-    ``"bar"`` rewrites one line with ``\\r`` (for a terminal), ``"lines"`` prints one
-    line per evaluation (stable text for a notebook), ``"none"`` prints nothing.
+    ``"bar"`` shows a tqdm progress bar (a widget in a notebook, one line in a
+    terminal), ``"lines"`` prints one line per evaluation (stable text for a notebook),
+    ``"none"`` prints nothing.
     """
     if max_steps is None and max_seconds is None:
-        raise ValueError("give a budget: max_steps and/or max_seconds")
+        raise ValueError("give a budget: max_steps (or max_seconds)")
+    if progress not in ("bar", "lines", "none"):
+        raise ValueError(f"progress must be 'bar', 'lines' or 'none', got {progress!r}")
     file = file or sys.stdout
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     history, step, seconds, running, seen = [], 0, 0.0, 0.0, 0
     batches, cursor = [], 0
+    bar = tqdm(total=max_steps, unit="step", file=file, disable=progress != "bar",
+               desc="training", leave=True)
 
-    def report(done: bool) -> None:
+    def report() -> None:
         val_acc = float(exact_match(model, val).float().mean()) if val is not None else None
+        model.train()
         loss = running / max(seen, 1)
         history.append({"step": step, "seconds": seconds, "loss": loss, "val_acc": val_acc})
-        if progress == "none":
-            return
-        if max_steps is not None:
-            fraction, budget = step / max_steps, f"step {step:>5d}/{max_steps}"
-        else:
-            fraction, budget = min(seconds / max_seconds, 1.0), f"{seconds:5.1f}/{max_seconds:.0f} s"
+        if evaluate is not None:
+            history[-1].update(evaluate(model))
+            model.train()
         acc = "" if val_acc is None else f"  val exact match {100 * val_acc:5.1f}%"
-        text = f"{_bar(fraction)} {budget}  loss {loss:.4f}{acc}"
-        if progress == "bar":
-            print("\r" + text, end="\n" if done else "", file=file, flush=True)
-        else:
-            print(text, file=file, flush=True)
+        if progress == "lines":
+            budget = f"step {step:>5d}/{max_steps}" if max_steps is not None else f"step {step:>5d}"
+            print(f"{budget}  loss {loss:.4f}{acc}", file=file, flush=True)
+        elif progress == "bar":
+            bar.set_postfix_str(f"loss {loss:.4f}{acc}")
 
     model.train()
     while True:
@@ -545,38 +667,62 @@ def train_model(model: Seq2Seq, train: Batches, *, val: Optional[Batches] = None
             batches, cursor = _bucketed_batches(train, batch_size, generator), 0
         index = batches[cursor]
         cursor += 1
-        src, src_lens, tgt_in, tgt_out = train.batch(index)
-        logits, _ = model(src, src_lens, tgt_in)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                               ignore_index=Vocab.pad)
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
+        loss = training_step(model, optimizer, *train.batch(index), clip=clip)
         step += 1
         seconds += time.perf_counter() - start
-        running += loss.item()
+        running += loss
         seen += 1
+        bar.update(1)
         if step % eval_every == 0:
-            report(done=False)
+            report()
             running, seen = 0.0, 0
             if stop_at_target and target is not None and history[-1]["val_acc"] is not None \
                     and history[-1]["val_acc"] >= target:
                 break
     if not history or history[-1]["step"] != step:
-        report(done=True)
-    elif progress == "bar":
-        print(file=file)
+        report()
+    bar.close()
     return history
+
+
+def training_step(model: Seq2Seq, optimizer, src, src_lens, tgt_in, tgt_out, clip: float = 1.0) -> float:
+    """One optimiser step of teacher forcing on one batch; returns the batch's loss.
+
+    The decoder reads the true previous tokens ``tgt_in`` and predicts ``tgt_out``;
+    the loss is the cross-entropy averaged over the target positions that are not
+    padding. Gradients are clipped to norm ``clip`` (recurrent networks occasionally
+    produce very large ones).
+    """
+    logits, _ = model(src, src_lens, tgt_in)                     # (batch, L, vocab_size)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
+                           ignore_index=Vocab.pad)
+    optimizer.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return loss.item()
 
 
 # ------------------------------------------------------------------ shipped weights
 
-def load_pretrained(attention: bool = True) -> Seq2Seq:
-    """The model trained by ``bench/bahdanau.py`` (weights shipped with the course), in eval mode."""
-    name = "ch07_attention.pt" if attention else "ch07_baseline.pt"
+def load_pretrained(attention: bool = True, task: str = "dates") -> Seq2Seq:
+    """A trained model shipped with the course, in eval mode.
+
+    ``task="dates"`` (the default): the models of ``bench/bahdanau.py``, trained on
+    :func:`make_dataset`'s single dates and date ranges (target vocabulary
+    :data:`TARGET_VOCAB`). ``task="lists"``: the first seed's models of
+    ``bench/ch07_experiment.py``, trained on the list task of
+    :func:`make_list_example` (target vocabulary :data:`LIST_TARGET_VOCAB`), which
+    chapter 7 draws its alignments from.
+    """
+    files = {"dates": "ch07_{}.pt", "lists": "ch07_lists_{}.pt"}
+    if task not in files:
+        raise ValueError(f"task must be one of {sorted(files)}, got {task!r}")
+    name = files[task].format("attention" if attention else "baseline")
     state = torch.load(PRETRAINED_DIR / name, weights_only=True)
-    config = {k: int(v) for k, v in state.pop("_config").items()}
-    model = build_model(attention=attention, **config)
+    config = dict(state.pop("_config"))
+    config.pop("task", None)
+    vocab = LIST_TARGET_VOCAB if task == "lists" else TARGET_VOCAB
+    model = build_model(attention=attention, tgt_vocab=vocab, **{k: int(v) for k, v in config.items()})
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.eval()
