@@ -17,7 +17,14 @@ Conventions fixed by this chapter (stated in each exercise's contract):
   a query that sees no key at all gets all-zero weights and a zero output (Chapter 3).
 * ``MultiHeadAttention`` keeps its causal mask as a non-persistent buffer ``mask``;
   the checks load the parameters with ``load_state_dict``, so the order in which a
-  student creates the layers does not matter, but their names and shapes do.
+  student creates the layers does not matter, but their names and shapes do. Its
+  dropout is checked by properties of 40 seeded draws
+  (:mod:`attention_course.dropout_checks`), never by one random stream.
+* Error-message checks weigh a fifth to two fifths of a value check, so that they carry
+  less than a fifth of the chapter's points. Every exercise keeps at least three
+  correct alternatives (unflatten, chunks stacked, loops over heads, SDPA, einsum in
+  float64, LLMs-from-scratch's layout); kept mistakes include d2l #2056 (full-width
+  heads) and a persistent float mask buffer (LLMs-from-scratch's register_buffer).
 """
 from __future__ import annotations
 
@@ -27,7 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..registry import Call, Check, Exercise, Mistake, register
+from ..dropout_checks import draw_calls, dropout_compare
+from ..registry import Alternative, Call, Check, Exercise, Mistake, register
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -106,6 +114,49 @@ def _split_hidden_bad_calls(seed):
     return [Call(args=(torch.randn(2, 3, d_out, generator=g), heads))]
 
 
+def _split_not_3d_calls(seed):
+    g = _gen(seed)
+    return [Call(args=(torch.randn(3, 6, generator=g), 2)),
+            Call(args=(torch.randn(1, 2, 3, 6, generator=g), 2))]
+
+
+def _split_no_dim_check(x, num_heads):
+    *lead, d_out = x.shape
+    head_dim = _head_dim(d_out, num_heads)
+    return x.reshape(*lead, num_heads, head_dim).transpose(-3, -2)
+
+
+def _split_alt_unflatten(x, num_heads):
+    if x.ndim != 3:
+        raise ValueError(f"split_heads expects a 3-D x, got x with shape {x.shape}")
+    d_out = x.shape[-1]
+    if d_out % num_heads != 0:
+        raise ValueError(f"d_out={d_out} is not divisible by num_heads={num_heads}")
+    return x.unflatten(-1, (num_heads, d_out // num_heads)).permute(0, 2, 1, 3)
+
+
+def _split_alt_chunks(x, num_heads):
+    if len(x.shape) != 3:
+        raise ValueError(f"x of shape {list(x.shape)} is not (batch, num_tokens, d_out)")
+    if x.shape[2] % num_heads:
+        raise ValueError(f"cannot split d_out = {x.shape[2]} features into num_heads = {num_heads} equal heads")
+    return torch.stack(x.split(x.shape[2] // num_heads, dim=-1), dim=1)
+
+
+def _split_alt_loops(x, num_heads):
+    if x.dim() != 3:
+        raise ValueError("x must be 3-D (batch, num_tokens, d_out), got shape " + "x".join(map(str, x.shape)))
+    b, t, d_out = x.shape
+    if d_out % num_heads:
+        raise ValueError(f"num_heads ({num_heads}) must divide d_out ({d_out})")
+    hd = d_out // num_heads
+    out = torch.empty(b, num_heads, t, hd, dtype=x.dtype)
+    for h in range(num_heads):
+        for i in range(hd):
+            out[:, h, :, i] = x[:, :, h * hd + i]
+    return out
+
+
 def _split_checked(body):
     def impl(x, num_heads):
         if x.dim() != 3:
@@ -115,8 +166,8 @@ def _split_checked(body):
     return impl
 
 
-_SPLIT_HINT = ("feature h * head_dim + i of a token belongs to head h; group the last axis into "
-               "(num_heads, head_dim), then bring the heads axis in front of the tokens.")
+_SPLIT_HINT = ("this check compares the split tensor with the contract's layout: feature h * head_dim + i "
+               "of a token belongs to head h, and the heads axis comes before the tokens axis.")
 
 register(Exercise(
     label="ch06_ex1", title="Splitting the features into heads", name="split_heads",
@@ -125,12 +176,16 @@ register(Exercise(
         Check("d_out=6 into 2 heads (an arange input) and into 3 heads", _split_small_calls, hint=_SPLIT_HINT),
         Check("one head, and as many heads as features", _split_edge_calls, hint=_SPLIT_HINT),
         Check("d_out not divisible by num_heads raises ValueError naming both and their values",
-              _split_bad_calls, must_mention=_mention_sizes(),
+              _split_bad_calls, must_mention=_mention_sizes(), weight=0.2,
               hint="check d_out % num_heads before reshaping and give d_out, num_heads and their values "
                    "in the message."),
+        Check("a 2-D or 4-D x raises ValueError naming x and its shape", _split_not_3d_calls, weight=0.2,
+              must_mention=lambda call: ["x", tuple(call.args[0].shape)],
+              hint="this check passes a 2-D and a 4-D x: test x.dim() first and name x and its shape in "
+                   "the message."),
         Check("random sizes (hidden)", _split_hidden_calls, public=False, hint=_SPLIT_HINT),
         Check("another indivisible d_out (hidden)", _split_hidden_bad_calls, public=False,
-              must_mention=_mention_sizes(),
+              must_mention=_mention_sizes(), weight=0.2,
               hint="check d_out % num_heads before reshaping and give d_out, num_heads and their values "
                    "in the message."),
     ],
@@ -154,6 +209,16 @@ register(Exercise(
                 "raise ValueError naming d_out and num_heads (with their values) first.",
                 lambda x, num_heads: x.reshape(x.shape[0], x.shape[1], num_heads,
                                                x.shape[2] // num_heads).transpose(1, 2)),
+        Mistake("no dimension check",
+                "a 2-D or 4-D x must be refused with a ValueError naming x and its shape; reshaping "
+                "whatever leading axes there are returns a tensor of the wrong meaning.",
+                _split_no_dim_check),
+    ],
+    alternatives=[
+        Alternative("unflatten and permute", "Tensor.unflatten(-1, (num_heads, head_dim)), permute",
+                    _split_alt_unflatten),
+        Alternative("chunks stacked", "x.split(head_dim, dim=-1) stacked on a new heads axis", _split_alt_chunks),
+        Alternative("loops over features", "an empty tensor filled feature by feature", _split_alt_loops),
     ],
 ))
 
@@ -201,8 +266,29 @@ def _merge_unchecked(x):
     return x.transpose(1, 2).reshape(batch, num_tokens, num_heads * head_dim)
 
 
-_MERGE_HINT = ("head h's features must land in columns h * head_dim ... (h + 1) * head_dim - 1 of each "
-               "token: bring the tokens axis back in front of the heads axis, then flatten the last two axes.")
+_MERGE_HINT = ("this check compares the merged tensor with the contract's layout: head h's features land in "
+               "columns h * head_dim ... (h + 1) * head_dim - 1 of each token, tokens in their order.")
+
+
+def _merge_alt_cat(x):
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads needs a 4-D x, got x.shape = {x.shape}")
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def _merge_alt_flatten(x):
+    if len(x.shape) != 4:
+        raise ValueError(f"x must be (batch, num_heads, num_tokens, head_dim); x has shape {list(x.shape)}")
+    return x.permute(0, 2, 1, 3).flatten(start_dim=2)
+
+
+def _merge_alt_einsum(x):
+    # A one-hot placement tensor by einsum, in float64, cast back.
+    if x.ndim != 4:
+        raise ValueError("x: expected 4 axes, got shape (" + ", ".join(map(str, x.shape)) + ")")
+    b, h, t, hd = x.shape
+    place = torch.eye(h * hd, dtype=torch.float64).reshape(h, hd, h * hd)
+    return torch.einsum("bhti,hio->bto", x.double(), place).to(x.dtype)
 
 register(Exercise(
     label="ch06_ex2", title="Merging the heads back", name="merge_heads",
@@ -210,8 +296,8 @@ register(Exercise(
     checks=[
         Check("2 heads of 3 tokens (an arange input), a random batch, a non-contiguous input", _merge_small_calls,
               hint=_MERGE_HINT),
-        Check("a 3-D or 5-D input raises ValueError naming x and its shape", _merge_bad_calls,
-              must_mention=lambda call: ["x", str(tuple(call.args[0].shape))],
+        Check("a 3-D or 5-D input raises ValueError naming x and its shape", _merge_bad_calls, weight=0.4,
+              must_mention=lambda call: ["x", tuple(call.args[0].shape)],
               hint="check x.dim() first and put x and its shape in the message."),
         Check("random sizes (hidden)", _merge_hidden_calls, public=False, hint=_MERGE_HINT),
     ],
@@ -232,6 +318,12 @@ register(Exercise(
                 "unpacking x.shape into four names fails with a message that names neither x nor its "
                 "shape; test x.dim() first and raise your own ValueError.",
                 _merge_unchecked),
+    ],
+    alternatives=[
+        Alternative("heads concatenated", "torch.cat of x.unbind(1) along the features", _merge_alt_cat),
+        Alternative("permute and flatten", "permute(0, 2, 1, 3).flatten(2)", _merge_alt_flatten),
+        Alternative("einsum placement in float64", "a one-hot placement tensor contracted by einsum",
+                    _merge_alt_einsum),
     ],
 ))
 
@@ -296,11 +388,30 @@ def _mha_short_calls(seed):
                  args=(torch.randn(2, n, d_in, generator=g),)) for n in (3, 1)]
 
 
+def _mha_draws(d_in, d_out, ctx, p, heads, state, x, bias=False):
+    def make(train, call_seed, dropout=p):
+        return Call(init_args=(d_in, d_out, ctx, dropout, heads), init_kwargs={"qkv_bias": bias}, init_seed=0,
+                    state_dict=state, train=train, call_seed=call_seed, args=(x,))
+    return draw_calls(make, range(400, 440), p, p0_call=make(True, 7, dropout=0.0))
+
+
 def _mha_train_calls(seed):
     g = _gen(seed)
     d_in, d_out, ctx, heads = 4, 6, 5, 2
-    return [Call(init_args=(d_in, d_out, ctx, 0.4, heads), init_seed=seed, state_dict=_mha_state(g, d_in, d_out),
-                 train=True, call_seed=seed, args=(torch.randn(2, ctx, d_in, generator=g),))]
+    return _mha_draws(d_in, d_out, ctx, 0.25, heads, _mha_state(g, d_in, d_out),
+                      torch.randn(2, ctx, d_in, generator=g))
+
+
+def _mha_train_hidden_calls(seed):
+    g = _gen(seed)
+    heads, head_dim = _randint(g, 2, 3), _randint(g, 1, 3)
+    d_in, d_out, ctx = _randint(g, 2, 5), heads * head_dim, _randint(g, 3, 6)
+    p = round(0.2 + 0.2 * torch.rand((), generator=g).item(), 3)
+    return _mha_draws(d_in, d_out, ctx, p, heads, _mha_state(g, d_in, d_out, bias=True),
+                      torch.randn(2, ctx, d_in, generator=g), bias=True)
+
+
+_compare_mha_dropout = dropout_compare(p_of=lambda call: call.init_args[3], is_train=lambda call: call.train)
 
 
 def _mha_indivisible_calls(seed):
@@ -334,7 +445,7 @@ def _mha_hidden_bad_calls(seed):
 
 
 def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scale_by="head_dim",
-                 use_out_proj=True, divisibility_check=True):
+                 use_out_proj=True, divisibility_check=True, persistent_float_mask=False):
     """A MultiHeadAttention that is wrong in exactly the way switched on."""
 
     class Variant(nn.Module):
@@ -350,8 +461,11 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
             self.W_value = nn.Linear(d_in, width, bias=qkv_bias)
             self.out_proj = nn.Linear(width, d_out)
             self.dropout = nn.Dropout(dropout)
-            self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1),
-                                 persistent=False)
+            mask = torch.ones(context_length, context_length, dtype=torch.bool).triu(1)
+            if persistent_float_mask:   # LLMs-from-scratch: register_buffer("mask", torch.triu(ones, 1))
+                self.register_buffer("mask", mask.float())
+            else:
+                self.register_buffer("mask", mask, persistent=False)
 
         def forward(self, x):
             b, n, _ = x.shape
@@ -366,7 +480,7 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
 
             q, k, v = to_heads(self.W_query(x)), to_heads(self.W_key(x)), to_heads(self.W_value(x))
             scale = math.sqrt(hd if scale_by == "head_dim" else self.d_out)
-            scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask[:n, :n], float("-inf"))
+            scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask.bool()[:n, :n], float("-inf"))
             ctx = self.dropout(torch.softmax(scores, dim=-1)) @ v
             if split == "no transpose":
                 ctx = ctx.reshape(b, n, h * hd)
@@ -376,12 +490,105 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
                 ctx = ctx.transpose(1, 2).reshape(b, n, h * hd)
             return self.out_proj(ctx) if use_out_proj else ctx
 
+    # Named like the answer's class: load_state_dict's errors quote the class name.
+    Variant.__name__ = Variant.__qualname__ = "MultiHeadAttention"
     return Variant
 
 
-_MHA_HINT = ("project once, split the features into heads, score each head with its own queries and keys "
-             "scaled by the square root of head_dim, mask the future, softmax over the keys, weight the "
-             "values, merge the heads back in order, then apply out_proj.")
+class _MHAAltRaschka(nn.Module):
+    """LLMs-from-scratch's MultiHeadAttention layout (float triu mask, made non-persistent here;
+    masked_fill_ with mask.bool(); keys.shape[-1] ** 0.5; contiguous().view to merge)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"d_out ({d_out}) must be divisible by num_heads ({num_heads})")
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1),
+                             persistent=False)
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        if num_tokens > self.mask.shape[0]:
+            raise ValueError(f"num_tokens={num_tokens} is longer than context_length={self.mask.shape[0]}")
+        keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        attn_scores = queries @ keys.transpose(2, 3)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
+        context_vec = (attn_weights @ values).transpose(1, 2)
+        return self.out_proj(context_vec.contiguous().view(b, num_tokens, self.d_out))
+
+
+class _MHAAltSDPA(nn.Module):
+    """Heads through torch's fused scaled_dot_product_attention (is_causal, dropout_p in training)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if num_heads < 1 or d_out % num_heads:
+            raise ValueError(f"num_heads={num_heads} does not divide d_out={d_out}")
+        self.heads, self.p, self.context_length = num_heads, dropout, context_length
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.register_buffer("mask", torch.ones(context_length, context_length).triu(1).bool(), persistent=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        if n > self.context_length:
+            raise ValueError(f"got num_tokens={n}, but context_length is {self.context_length}")
+        q, k, v = (layer(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+                   for layer in (self.W_query, self.W_key, self.W_value))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0)
+        return self.out_proj(out.transpose(1, 2).flatten(2))
+
+
+class _MHAAltHeadLoop(nn.Module):
+    """One head at a time from row blocks of the projection weights, in float64; one dropout per head."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"d_out % num_heads != 0 (d_out={d_out}, num_heads={num_heads})")
+        self.num_heads, self.context_length = num_heads, context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1),
+                             persistent=False)
+
+    @staticmethod
+    def _rows(layer, x, rows):
+        y = x @ layer.weight[rows].double().T
+        return y if layer.bias is None else y + layer.bias[rows].double()
+
+    def forward(self, x):
+        n = x.shape[1]
+        if n > self.context_length:
+            raise ValueError(f"num_tokens {n} > context_length {self.context_length}")
+        x64 = x.double()
+        hd = self.W_query.out_features // self.num_heads
+        heads = []
+        for h in range(self.num_heads):
+            rows = slice(h * hd, (h + 1) * hd)
+            q, k, v = (self._rows(layer, x64, rows) for layer in (self.W_query, self.W_key, self.W_value))
+            scores = (q @ k.transpose(1, 2) / math.sqrt(hd)).masked_fill(self.mask[:n, :n], float("-inf"))
+            heads.append(self.dropout(torch.softmax(scores, dim=-1)) @ v)
+        return self.out_proj(torch.cat(heads, dim=-1).to(x.dtype))
+
+
+_MHA_HINT = ("this check loads given weights by name (load_state_dict), lists parameter shapes and buffer "
+             "names, and compares the eval-mode output: compare each step (projections, split, per-head "
+             "scaled scores, causal mask, softmax, merge, out_proj) and the names with the contract.")
 
 register(Exercise(
     label="ch06_ex3", title="The efficient multi-head attention layer", name="MultiHeadAttention",
@@ -390,26 +597,31 @@ register(Exercise(
         Check("3 heads of 2 (d_in=4, d_out=6), 2 sequences of 5 tokens, eval mode (parameters, buffer)",
               _mha_main_calls, hint=_MHA_HINT),
         Check("4 heads of 2 on inputs shorter than context_length (3 and 1 of 8 tokens)", _mha_short_calls,
-              hint="a sequence may be shorter than context_length: use the top-left block of the mask "
-                   "that matches num_tokens."),
-        Check("training mode: dropout on the attention weights (seeded)", _mha_train_calls,
-              hint="apply the module's dropout once, to the attention weights of all heads, after the softmax."),
+              hint="this check passes sequences shorter than context_length, with given weights."),
+        Check("training mode, dropout=0.25: 40 seeded draws against eval mode (and dropout=0)", _mha_train_calls,
+              compare=_compare_mha_dropout,
+              hint="this check compares 40 training-mode outputs (each with its own seed) with eval mode: "
+                   "their mean must approach the eval output, their spread must be that of dropout with "
+                   "probability p on the attention weights, and dropout=0 must change nothing."),
         Check("d_out=10 with num_heads=4 raises ValueError naming d_out and num_heads and their values",
-              _mha_indivisible_calls, must_mention=_mention_sizes(),
+              _mha_indivisible_calls, must_mention=_mention_sizes(), weight=0.2,
               hint="check d_out % num_heads in __init__ and give d_out, num_heads and their values in the "
                    "message."),
         Check("num_tokens > context_length raises ValueError naming both", _mha_too_long_calls,
-              must_mention=["num_tokens", "context_length"],
-              hint="compare num_tokens with context_length at the start of forward and raise ValueError."),
+              must_mention=["num_tokens", "context_length"], weight=0.2,
+              hint="this check passes 6 tokens to a layer with context_length=4: compare num_tokens with "
+                   "context_length at the start of forward and name both in the ValueError."),
         Check("random sizes with qkv_bias=True, and gradients (hidden)", _mha_hidden_calls, public=False,
               hint=_MHA_HINT),
+        Check("training mode, random sizes and p (hidden)", _mha_train_hidden_calls, public=False,
+              compare=_compare_mha_dropout, hint="this check repeats the 40-draw comparison with other sizes."),
         Check("another indivisible d_out (hidden)", _mha_hidden_bad_calls, public=False,
-              must_mention=_mention_sizes(),
+              must_mention=_mention_sizes(), weight=0.2,
               hint="check d_out % num_heads in __init__ and give d_out, num_heads and their values in the "
                    "message."),
     ],
     mistakes=[
-        Mistake("head_dim = d_out",
+        Mistake("head_dim = d_out (d2l #2056: full-width heads)",
                 "each head must be d_out // num_heads wide, so W_query, W_key and W_value map d_in to d_out "
                 "in total; you gave every head the full d_out (num_heads times too many parameters).",
                 _mha_variant(head_dim_is_d_out=True)),
@@ -433,6 +645,19 @@ register(Exercise(
                 "when d_out is not a multiple of num_heads, raise ValueError in __init__ naming d_out and "
                 "num_heads with their values, instead of failing later in a reshape.",
                 _mha_variant(divisibility_check=False)),
+        Mistake("persistent float mask buffer",
+                "your mask is a persistent buffer, so state_dict expects it and loading the projections alone "
+                "fails (\"Missing key(s) ... mask\"); it is rebuilt from context_length, so register it with "
+                "persistent=False.",
+                _mha_variant(persistent_float_mask=True)),
+    ],
+    alternatives=[
+        Alternative("LLMs-from-scratch's layout", "float triu mask (non-persistent), masked_fill_ with "
+                    ".bool(), keys.shape[-1] ** 0.5, contiguous().view", _MHAAltRaschka),
+        Alternative("torch's fused SDPA", "unflatten into heads, F.scaled_dot_product_attention(is_causal=True, "
+                    "dropout_p), layers created in another order", _MHAAltSDPA),
+        Alternative("one head at a time in float64", "row blocks of the projection weights, a loop over "
+                    "heads, torch.cat", _MHAAltHeadLoop),
     ],
 ))
 
@@ -484,8 +709,37 @@ def _fuse_checked(body):
     return impl
 
 
-_FUSE_HINT = ("rows 0 ... d_out - 1 are the efficient layer's query projection, in which head h owns rows "
-              "h * head_dim ... (h + 1) * head_dim - 1; then come the keys, then the values.")
+_FUSE_HINT = ("this check compares the fused weight with the contract's row order: rows 0 ... d_out - 1 "
+              "are the query projection (head h owns rows h * head_dim ... (h + 1) * head_dim - 1), then "
+              "the keys, then the values; shape (3 * d_out, d_in).")
+
+
+def _fuse_validate(query_weights, key_weights, value_weights):
+    shapes = [tuple(w.shape) for w in (query_weights, key_weights, value_weights)]
+    if any(len(sh) != 3 for sh in shapes) or len(set(shapes)) > 1:
+        raise ValueError(f"query_weights {shapes[0]}, key_weights {shapes[1]} and value_weights {shapes[2]} "
+                         "must share one (num_heads, head_dim, d_in) shape")
+
+
+def _fuse_alt_flatten(query_weights, key_weights, value_weights):
+    _fuse_validate(query_weights, key_weights, value_weights)
+    return torch.cat([w.flatten(0, 1) for w in (query_weights, key_weights, value_weights)])
+
+
+def _fuse_alt_loops(query_weights, key_weights, value_weights):
+    _fuse_validate(query_weights, key_weights, value_weights)
+    rows = []
+    for w in (query_weights, key_weights, value_weights):
+        for head in w:
+            for row in head:
+                rows.append(row)
+    return torch.stack(rows)
+
+
+def _fuse_alt_stack(query_weights, key_weights, value_weights):
+    _fuse_validate(query_weights, key_weights, value_weights)
+    stacked = torch.stack([query_weights, key_weights, value_weights])   # (3, heads, head_dim, d_in)
+    return stacked.reshape(-1, stacked.shape[-1])
 
 register(Exercise(
     label="ch06_ex4", title="From per-head weights to one fused projection", name="fuse_head_weights",
@@ -493,7 +747,7 @@ register(Exercise(
     checks=[
         Check("3 heads of size 2 from d_in=4", _fuse_main_calls, hint=_FUSE_HINT),
         Check("mismatched or non-3-D shapes raise ValueError naming all three arguments", _fuse_bad_calls,
-              must_mention=["query_weights", "key_weights", "value_weights"],
+              must_mention=["query_weights", "key_weights", "value_weights"], weight=0.4,
               hint="compare the three shapes (and that each is 3-D) before stacking, and name the three "
                    "arguments in the message."),
         Check("random sizes, and a single head (hidden)", _fuse_hidden_calls, public=False, hint=_FUSE_HINT),
@@ -516,6 +770,11 @@ register(Exercise(
                 "weights of different shapes must raise ValueError naming query_weights, key_weights and "
                 "value_weights, not be stacked anyway or fail with an unclear error.",
                 lambda q, k, v: torch.cat([w.reshape(-1, w.shape[-1]) for w in (q, k, v)])),
+    ],
+    alternatives=[
+        Alternative("flatten and cat", "w.flatten(0, 1) for each, torch.cat", _fuse_alt_flatten),
+        Alternative("loops over rows", "every row appended in order, torch.stack", _fuse_alt_loops),
+        Alternative("one stack, one reshape", "torch.stack into (3, heads, head_dim, d_in), reshape", _fuse_alt_stack),
     ],
 ))
 
@@ -605,9 +864,55 @@ def _pm_no_check(queries, keys, values, mask):
     return weights @ values, weights
 
 
-_PM_HINT = ("score each head with its own queries and keys scaled by the square root of head_dim, hide "
-            "the keys where that head's mask is True before the softmax, and give a query that sees no "
-            "key all-zero weights.")
+_PM_HINT = ("this check compares output and weights for per-head masks: look at the scaling (head_dim), "
+            "where each head's mask is applied and which keys it hides.")
+
+
+def _pm_validate(queries, keys, mask):
+    want = (queries.shape[1], queries.shape[2], keys.shape[2])
+    if mask.shape != want:
+        raise ValueError(f"mask has shape {mask.shape}, expected {want} (num_heads, num_queries, num_keys)")
+
+
+def _pm_alt_einsum64(queries, keys, values, mask):
+    _pm_validate(queries, keys, mask)
+    scores = torch.einsum("bhqd,bhkd->bhqk", queries.double(), keys.double()) / math.sqrt(queries.shape[-1])
+    scores = torch.where(mask, float("-inf"), scores)
+    top = scores.amax(dim=-1, keepdim=True).clamp(min=-1e300)   # all -inf rows: keep exp finite
+    e = torch.where(mask, 0.0, torch.exp(scores - top))
+    total = e.sum(-1, keepdim=True)
+    weights = torch.where(total > 0, e / total.clamp(min=1e-300), 0.0)
+    return torch.einsum("bhqk,bhkv->bhqv", weights, values.double()).to(values.dtype), weights.to(queries.dtype)
+
+
+def _pm_alt_sdpa(queries, keys, values, mask):
+    # SDPA for the output (its boolean attn_mask marks the keys that MAY be attended), the weights beside it.
+    _pm_validate(queries, keys, mask)
+    visible = ~mask
+    sees_some = visible.any(-1, keepdim=True)
+    safe = visible | ~sees_some                     # a row that sees nothing: let SDPA see all, zero it after
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=safe)
+    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
+    weights = torch.softmax(scores.masked_fill(~safe, float("-inf")), dim=-1) * sees_some
+    return out * sees_some, weights
+
+
+def _pm_alt_loops(queries, keys, values, mask):
+    # d2l-style: one head at a time, a multiplicative mask, rows that see nothing left at zero.
+    _pm_validate(queries, keys, mask)
+    outs, ws = [], []
+    for h in range(queries.shape[1]):
+        q, k, v = queries[:, h], keys[:, h], values[:, h]
+        keep = (~mask[h]).to(q.dtype)
+        scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+        scores = scores - scores.masked_fill(mask[h], float("-inf")).amax(-1, keepdim=True).nan_to_num(
+            neginf=0.0)
+        e = torch.exp(scores.masked_fill(mask[h], 0.0)) * keep
+        s = e.sum(-1, keepdim=True)
+        w = e / torch.where(s > 0, s, torch.ones_like(s))
+        ws.append(w)
+        outs.append(torch.bmm(w, v))
+    return torch.stack(outs, 1), torch.stack(ws, 1)
 
 register(Exercise(
     label="ch06_ex5", title="A different mask for every head", name="per_head_masked_attention",
@@ -618,7 +923,7 @@ register(Exercise(
         Check("queries that see no key get all-zero weights and a zero output", _pm_empty_rows_calls,
               hint="a query whose keys are all hidden must get weights of exactly 0 (not NaN, not uniform)."),
         Check("a mask of the wrong shape raises ValueError naming mask and its shape", _pm_bad_calls,
-              must_mention=lambda call: ["mask", str(tuple(call.args[3].shape))],
+              must_mention=lambda call: ["mask", tuple(call.args[3].shape)], weight=0.5,
               hint="compare mask.shape with (num_heads, num_queries, num_keys) before using it, and put mask "
                    "and its shape in the message."),
         Check("random sizes and masks, with gradients (hidden)", _pm_hidden_calls, public=False, hint=_PM_HINT),
@@ -647,5 +952,13 @@ register(Exercise(
                 "a mask that is not (num_heads, num_queries, num_keys) must raise ValueError naming mask and "
                 "its shape; a (num_queries, num_keys) mask would otherwise be broadcast silently.",
                 _pm_no_check),
+    ],
+    alternatives=[
+        Alternative("einsum in float64", "torch.where masks, softmax by hand with a guarded sum, float64",
+                    _pm_alt_einsum64),
+        Alternative("torch's fused SDPA", "SDPA with the inverted boolean mask for the output, empty rows "
+                    "zeroed after", _pm_alt_sdpa),
+        Alternative("loops over heads", "bmm per head, a multiplicative mask, guarded normaliser",
+                    _pm_alt_loops),
     ],
 ))
