@@ -7,11 +7,20 @@ Conventions fixed by this chapter (stated in each exercise's contract):
   ``Tensor.masked_fill`` and ``torch.nn.MultiheadAttention``'s boolean masks.
 * ``CausalAttention`` keeps its mask as a **non-persistent** buffer named ``mask``:
   it is rebuilt from ``context_length`` in ``__init__``, so it stays out of
-  ``state_dict()`` (checkpoints hold only the learned projections).
-* ``attention_dropout`` is checked by its statistics (which weights are zeroed, by
-  which factor the others are scaled), not by its random draws, so a student may
-  draw the keep mask in any way; the eval-mode and ``p = 0`` calls are compared
-  exactly.
+  ``state_dict()`` (checkpoints hold only the learned projections). Its dtype is
+  the student's choice (the contract no longer asks for bool: nothing could check it).
+  Parameter values are always loaded with ``state_dict``, so the order in which the
+  layers are created does not matter.
+* Dropout (ex2, ex3) is checked by properties with
+  :func:`attention_course.dropout_checks.dropout_compare`, never by one random stream:
+  eval mode deterministic, ``p = 0`` equals eval mode, survivors scaled by ``1/(1-p)``
+  with a fraction ``p`` zeroed, the mean of 40 seeded draws within 6 standard errors of
+  the eval output, the spread of the draws that of dropout with drop probability ``p``,
+  and (ex3) with every value vector equal, rows that stay multiples of it.
+* Kept mistakes include LLMs-from-scratch #431 (survivors scaled by ``1/p``) and a
+  persistent float mask buffer; kept alternatives include dropout drawn with
+  ``torch.rand_like(w) >= p``, d2l's ``dropout_layer``, ``torch.bernoulli`` in float64,
+  layers created keys first, torch's fused SDPA with its own dropout.
 """
 from __future__ import annotations
 
@@ -21,8 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checking import compare_outcome, compare_values
-from ..registry import Call, Check, Exercise, Mistake, register
+from ..checking import compare_outcome
+from ..dropout_checks import draw_calls, dropout_compare
+from ..registry import Alternative, Call, Check, Exercise, Mistake, register
 
 # ======================================================================= ch05_ex1
 
@@ -55,13 +65,37 @@ def _mask_validated(make):
     return impl
 
 
+def _mask_alt_arange(num_tokens):
+    if num_tokens < 1:
+        raise ValueError(f"num_tokens={num_tokens} must be at least 1")
+    pos = torch.arange(num_tokens)
+    return pos[None, :] > pos[:, None]
+
+
+def _mask_alt_raschka(num_tokens):
+    # LLMs-from-scratch builds torch.triu(torch.ones(n, n), diagonal=1) and uses it with .bool().
+    if not isinstance(num_tokens, int) or num_tokens <= 0:
+        raise ValueError("num_tokens must be a positive int, got %r" % (num_tokens,))
+    return torch.triu(torch.ones(num_tokens, num_tokens), diagonal=1).bool()
+
+
+def _mask_alt_loops(num_tokens):
+    if num_tokens < 1:
+        raise ValueError("causal_mask: num_tokens should be >= 1, not " + str(num_tokens))
+    mask = torch.zeros(num_tokens, num_tokens, dtype=torch.bool)
+    for i in range(num_tokens):
+        for j in range(i + 1, num_tokens):
+            mask[i, j] = True
+    return mask
+
+
 register(Exercise(
     label="ch05_ex1", title="The causal mask", name="causal_mask", reference=causal_mask, points=1,
     checks=[
         Check("masks for 1, 2, 3 and 5 tokens", _mask_small_calls,
               hint="row i is the query, column j the key; True marks the keys strictly after the query."),
         Check("non-positive sizes raise ValueError naming num_tokens", _mask_bad_calls,
-              must_mention=["num_tokens"],
+              must_mention=["num_tokens"], weight=0.4,
               hint="check that num_tokens is at least 1 before building anything, and name it in the message."),
         Check("larger masks (hidden)", _mask_large_calls, public=False,
               hint="row i is the query, column j the key; True marks the keys strictly after the query."),
@@ -84,6 +118,12 @@ register(Exercise(
                 "a size below 1 must raise ValueError naming num_tokens, not return an empty mask or fail elsewhere.",
                 lambda num_tokens: torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)),
     ],
+    alternatives=[
+        Alternative("position comparison", "arange(n)[None, :] > arange(n)[:, None]", _mask_alt_arange),
+        Alternative("LLMs-from-scratch's float triu", "torch.triu(torch.ones(n, n), diagonal=1).bool()",
+                    _mask_alt_raschka),
+        Alternative("loops", "a bool tensor of zeros, the upper triangle set entry by entry", _mask_alt_loops),
+    ],
 ))
 
 # ======================================================================= ch05_ex2
@@ -102,15 +142,31 @@ def _softmax_weights(g, batch, n):
     return torch.softmax(torch.randn(batch, n, n, generator=g) * 2.0, dim=-1)
 
 
+_DRAWS = range(100, 140)  # 40 training-mode draws, one call seed each
+
+
+def _dropout_draw_calls(weights, p):
+    return draw_calls(lambda train, s: Call(args=(weights, p), kwargs={"training": train}, call_seed=s),
+                      _DRAWS, p)
+
+
 def _dropout_train_calls(seed):
     g = torch.Generator().manual_seed(seed)
-    return [Call(args=(_softmax_weights(g, 4, 64), 0.2), kwargs={"training": True}, call_seed=seed)]
+    return _dropout_draw_calls(_softmax_weights(g, 2, 6), 0.25)
+
+
+def _dropout_big_calls(seed):
+    # One large draw: the fraction of zeros and the common factor are measured precisely.
+    g = torch.Generator().manual_seed(seed)
+    w = _softmax_weights(g, 4, 32)
+    return [Call(args=(w, 0.3), kwargs={"training": False}, call_seed=1)] + \
+        [Call(args=(w, 0.3), kwargs={"training": True}, call_seed=s) for s in range(200, 232)]
 
 
 def _dropout_train_random_p_calls(seed):
     g = torch.Generator().manual_seed(seed)
-    p = round(0.1 + 0.3 * torch.rand((), generator=g).item(), 3)  # away from 0.5 on purpose
-    return [Call(args=(_softmax_weights(g, 3, 80), p), kwargs={"training": True}, call_seed=seed)]
+    p = round(0.2 + 0.2 * torch.rand((), generator=g).item(), 3)  # away from 0.5: 1/p differs from 1/(1-p)
+    return _dropout_draw_calls(_softmax_weights(g, 3, 7), p)
 
 
 def _dropout_eval_calls(seed):
@@ -129,48 +185,12 @@ def _dropout_bad_calls(seed):
     w = _softmax_weights(g, 1, 4)
     return [Call(args=(w, 1.0), kwargs={"training": True}),
             Call(args=(w, -0.25), kwargs={"training": True}),
-            Call(args=(w, 1.0), kwargs={"training": False})]
+            Call(args=(w, 1.5), kwargs={"training": False})]
 
 
-def _dropout_summary(out, weights):
-    """(fraction zeroed, common scale of the kept weights or None when not common)."""
-    dropped = out == 0
-    frac = dropped.double().mean().item()
-    kept = ~dropped
-    if not kept.any():
-        return frac, 0.0
-    ratios = out[kept].double() / weights[kept].double()
-    scale = ratios.mean().item()
-    if (ratios - scale).abs().max().item() > 1e-4 * abs(scale) + 1e-6:
-        return frac, None
-    return frac, scale
-
-
-_NO_MESSAGE = Check("outcome", lambda seed: [], hint="")
-
-
-def _compare_dropout_statistics(got, want, calls):
-    """Compare random dropout outcomes by their statistics, not by their random draws."""
-    for g, w, call in zip(got, want, calls):
-        if g["status"] != "ok" or w["status"] != "ok":
-            reason = compare_outcome(g, w, _NO_MESSAGE, call, require_message=False)
-            if reason:
-                return reason
-            continue
-        out, ref, weights = g["value"], w["value"], call.args[0]
-        if not isinstance(out, torch.Tensor) or out.dtype != ref.dtype or out.shape != ref.shape:
-            return compare_values(out, ref, 0.0, 0.0)
-        frac_g, scale_g = _dropout_summary(out, weights)
-        frac_w, scale_w = _dropout_summary(ref, weights)
-        if abs(frac_g - frac_w) > 0.03:
-            return (f"a fraction {frac_g:.3f} of the weights is zeroed, but for p={call.args[1]} "
-                    f"it should be close to {frac_w:.2f}")
-        if scale_g is None:
-            return "the kept weights are not all multiplied by one common factor"
-        if scale_w is None or not math.isclose(scale_g, scale_w, rel_tol=1e-4, abs_tol=1e-6):
-            return (f"the kept weights are multiplied by {scale_g:.4g}, which does not keep the "
-                    f"expected value of each weight unchanged")
-    return None
+_compare_dropout = dropout_compare(p_of=lambda call: call.args[1],
+                                   is_train=lambda call: call.kwargs.get("training", True),
+                                   elementwise=True)
 
 
 class _DropoutVariant:
@@ -186,7 +206,7 @@ class _DropoutVariant:
             return weights.clone()
         keep_prob = p if self.keep_is_p else 1.0 - p
         keep = torch.rand_like(weights) < keep_prob
-        factor = {"inverse": 1.0 / keep_prob, "none": 1.0, "same": keep_prob}[self.scale]
+        factor = {"inverse": 1.0 / keep_prob, "none": 1.0, "same": keep_prob, "one_over_p": 1.0 / p}[self.scale]
         return weights * keep * factor
 
 
@@ -194,25 +214,68 @@ def _dropout_unvalidated(weights, p, training=True):
     return F.dropout(weights, p=p, training=training)
 
 
+def _dropout_alt_rand_ge(weights, p, training=True):
+    # The chapter's method: keep where a uniform draw is >= p, scale by 1/(1-p).
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout probability p={p} must lie in [0, 1)")
+    if not training:
+        return weights
+    keep = torch.rand_like(weights) >= p
+    return weights * keep / (1 - p)
+
+
+def _dropout_alt_d2l(X, p, training=True):
+    # d2l's dropout_layer: a float mask from torch.rand(X.shape) > p.
+    if p < 0 or p >= 1:
+        raise ValueError(f"p must be in [0, 1), got {p}")
+    if not training or p == 0:
+        return X.clone()
+    mask = (torch.rand(X.shape) > p).float()
+    return mask * X / (1.0 - p)
+
+
+def _dropout_alt_bernoulli64(weights, p, training=True):
+    # torch.bernoulli keep mask, arithmetic in float64, cast back.
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise ValueError("attention_dropout: p=%r is not a probability below 1" % (p,))
+    if not training:
+        return weights.clone()
+    keep = torch.bernoulli(torch.full(weights.shape, 1.0 - p, dtype=torch.float64))
+    return (weights.double() * keep / (1.0 - p)).to(weights.dtype)
+
+
+def _dropout_alt_module(weights, p, training=True):
+    # An nn.Dropout layer switched to the requested mode.
+    if not (0.0 <= p < 1.0):
+        raise ValueError(f"expected 0 <= p < 1, got p={p}")
+    layer = nn.Dropout(p)
+    layer.train(training)
+    return layer(weights)
+
+
 register(Exercise(
     label="ch05_ex2", title="Dropout on attention weights", name="attention_dropout",
     reference=attention_dropout, points=1,
     checks=[
-        Check("training mode, p=0.2, on 4 x 64 x 64 weights", _dropout_train_calls,
-              compare=_compare_dropout_statistics,
-              hint="zero each weight independently with probability p and rescale the kept ones so "
-                   "that each weight keeps its expected value."),
+        Check("training mode, p=0.25: 40 seeded draws against eval mode (zeros, 1/(1-p), mean)",
+              _dropout_train_calls, compare=_compare_dropout,
+              hint="this check compares 40 training-mode draws (each with its own seed) with eval mode: "
+                   "which entries are zero, by which factor the others were multiplied, and whether their "
+                   "mean approaches the unchanged weights."),
         Check("eval mode returns the weights unchanged", _dropout_eval_calls,
-              hint="when training is False, dropout is switched off."),
-        Check("p outside [0, 1) raises ValueError naming p", _dropout_bad_calls,
-              must_mention=lambda call: ["p", repr(call.args[1])],
-              hint="validate p first (also in eval mode) and name it and its value in the message."),
+              hint="this check calls your function with training=False and compares with the weights."),
+        Check("p outside [0, 1) raises ValueError showing the value of p", _dropout_bad_calls, weight=0.5,
+              must_mention=lambda call: [repr(call.args[1])],
+              hint="this check passes p = 1.0, -0.25 and (in eval mode) 1.5: validate p in both modes and "
+                   "show its value in the message."),
+        Check("4 x 32 x 32 weights, p=0.3: fraction of zeros and the common factor (hidden)", _dropout_big_calls,
+              public=False, compare=_compare_dropout,
+              hint="this check measures the fraction of zeroed weights and the factor of the kept ones."),
         Check("training mode with another p (hidden)", _dropout_train_random_p_calls, public=False,
-              compare=_compare_dropout_statistics,
-              hint="zero each weight independently with probability p and rescale the kept ones so "
-                   "that each weight keeps its expected value."),
+              compare=_compare_dropout,
+              hint="this check repeats the 40-draw comparison with another p."),
         Check("p=0 in training mode changes nothing (hidden)", _dropout_p0_calls, public=False,
-              hint="with p = 0 nothing is dropped and the scale factor is 1."),
+              hint="this check calls your function with p=0 in training mode and compares with the weights."),
     ],
     mistakes=[
         Mistake("no rescaling",
@@ -223,6 +286,10 @@ register(Exercise(
                 "you multiplied the kept weights by the keep probability, which shrinks them further; "
                 "the expected value is preserved by the opposite operation.",
                 _DropoutVariant(scale="same")),
+        Mistake("scaled by 1/p (LLMs-from-scratch #431)",
+                "the kept weights are multiplied by 1/p; a weight survives with probability 1 - p, so "
+                "the factor that keeps its expected value is 1/(1 - p).",
+                _DropoutVariant(scale="one_over_p")),
         Mistake("p taken as the keep probability",
                 "p is the probability of DROPPING a weight, not of keeping it.",
                 _DropoutVariant(keep_is_p=True)),
@@ -234,6 +301,14 @@ register(Exercise(
                 "p = 1 (or a negative p) must raise ValueError naming p: with p = 1 every weight is "
                 "dropped and the rescaling factor is infinite.",
                 _dropout_unvalidated),
+    ],
+    alternatives=[
+        Alternative("rand_like >= p", "keep where torch.rand_like(w) >= p, scale by 1/(1-p)", _dropout_alt_rand_ge),
+        Alternative("d2l's dropout_layer", "float mask (torch.rand(X.shape) > p) times X / (1 - p)",
+                    _dropout_alt_d2l),
+        Alternative("bernoulli in float64", "torch.bernoulli keep mask, float64 arithmetic, cast back",
+                    _dropout_alt_bernoulli64),
+        Alternative("an nn.Dropout layer", "nn.Dropout(p) switched with train(training)", _dropout_alt_module),
     ],
 ))
 
@@ -285,19 +360,21 @@ def _attn_full_calls(seed):
 def _attn_short_calls(seed):
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 2, 8
-    return [Call(init_args=(d_in, d_out, ctx, 0.0), init_seed=seed, train=False, call_seed=seed,
-                 args=(torch.randn(3, n, d_in, generator=g),)) for n in (5, 1)]
+    state = _attn_state(g, d_in, d_out)
+    return [Call(init_args=(d_in, d_out, ctx, 0.0), init_seed=seed, state_dict=state, train=False,
+                 call_seed=seed, args=(torch.randn(3, n, d_in, generator=g),)) for n in (5, 1)]
 
 
 def _attn_future_calls(seed):
     # Two inputs equal up to position 2; only tokens 3.. differ.
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 5, 4, 7
+    state = _attn_state(g, d_in, d_out)
     x = torch.randn(2, ctx, d_in, generator=g)
     changed = x.clone()
     changed[:, 3:] = torch.randn(2, ctx - 3, d_in, generator=g) * 3.0
-    return [Call(init_args=(d_in, d_out, ctx, 0.1), init_seed=seed, train=False, call_seed=seed,
-                 args=(inp,)) for inp in (x, changed)]
+    return [Call(init_args=(d_in, d_out, ctx, 0.1), init_seed=seed, state_dict=state, train=False,
+                 call_seed=seed, args=(inp,)) for inp in (x, changed)]
 
 
 _FUTURE_FROM = 3
@@ -320,17 +397,52 @@ def _compare_future(got, want, calls):
     return None
 
 
+_DRAW_SEEDS = range(300, 340)  # 40 training-mode draws
+
+
+def _attn_draws(d_in, d_out, ctx, p, state, x, bias=False):
+    def make(train, call_seed, dropout=p):
+        return Call(init_args=(d_in, d_out, ctx, dropout), init_kwargs={"qkv_bias": bias}, init_seed=0,
+                    state_dict=state, train=train, call_seed=call_seed, args=(x,))
+    return draw_calls(make, _DRAW_SEEDS, p, p0_call=make(True, 7, dropout=0.0))
+
+
 def _attn_train_calls(seed):
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 3, 6
-    return [Call(init_args=(d_in, d_out, ctx, 0.5), init_seed=seed, state_dict=_attn_state(g, d_in, d_out),
-                 train=True, call_seed=seed, args=(torch.randn(2, ctx, d_in, generator=g),))]
+    state = _attn_state(g, d_in, d_out)
+    return _attn_draws(d_in, d_out, ctx, 0.25, state, torch.randn(2, ctx, d_in, generator=g))
+
+
+def _attn_equal_values_calls(seed):
+    # W_value = 0 with a bias b: every value vector is b, so dropout on the weights keeps rows ∝ b.
+    g = torch.Generator().manual_seed(seed)
+    d_in, d_out, ctx = 4, 3, 5
+    state = _attn_state(g, d_in, d_out, bias=True)
+    state["W_value.weight"] = torch.zeros(d_out, d_in)
+    state["W_value.bias"] = torch.tensor([1.0, -2.0, 0.5])
+    return _attn_draws(d_in, d_out, ctx, 0.4, state, torch.randn(2, ctx, d_in, generator=g), bias=True)
+
+
+def _attn_train_hidden_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    d_in, d_out = (int(v) for v in torch.randint(2, 6, (2,), generator=g))
+    ctx = int(torch.randint(4, 8, (), generator=g))
+    p = round(0.2 + 0.2 * torch.rand((), generator=g).item(), 3)
+    state = _attn_state(g, d_in, d_out, bias=True)
+    return _attn_draws(d_in, d_out, ctx, p, state, torch.randn(2, ctx, d_in, generator=g), bias=True)
+
+
+_compare_attn_dropout = dropout_compare(p_of=lambda call: call.init_args[3], is_train=lambda call: call.train)
+_compare_attn_dropout_rows = dropout_compare(
+    p_of=lambda call: call.init_args[3], is_train=lambda call: call.train,
+    proportional_to=lambda call: call.state_dict["W_value.bias"])
 
 
 def _attn_too_long_calls(seed):
     g = torch.Generator().manual_seed(seed)
-    return [Call(init_args=(3, 2, 4, 0.0), init_seed=seed, train=False, call_seed=seed,
-                 args=(torch.randn(1, 6, 3, generator=g),))]
+    return [Call(init_args=(3, 2, 4, 0.0), init_seed=seed, state_dict=_attn_state(g, 3, 2), train=False,
+                 call_seed=seed, args=(torch.randn(1, 6, 3, generator=g),))]
 
 
 def _attn_hidden_calls(seed):
@@ -345,7 +457,7 @@ def _attn_hidden_calls(seed):
 
 
 def _variant(after_softmax=False, diagonal=1, sliced=True, scaled=True, persistent=False,
-             dropout_on="weights", length_check=True, functional_dropout=False):
+             dropout_on="weights", length_check=True, functional_dropout=False, float_mask=False):
     """Build a CausalAttention that is wrong in exactly the ways switched on."""
 
     class Variant(nn.Module):
@@ -356,9 +468,8 @@ def _variant(after_softmax=False, diagonal=1, sliced=True, scaled=True, persiste
             self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
             self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
             self.dropout = nn.Dropout(dropout)
-            self.register_buffer(
-                "mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(diagonal),
-                persistent=persistent)
+            mask = torch.ones(context_length, context_length, dtype=torch.bool).triu(diagonal)
+            self.register_buffer("mask", mask.float() if float_mask else mask, persistent=persistent)
 
         def forward(self, x):
             num_tokens = x.shape[1]
@@ -368,7 +479,7 @@ def _variant(after_softmax=False, diagonal=1, sliced=True, scaled=True, persiste
             scores = queries @ keys.transpose(1, 2)
             if scaled:
                 scores = scores / math.sqrt(keys.shape[-1])
-            mask = self.mask[:num_tokens, :num_tokens] if sliced else self.mask
+            mask = (self.mask[:num_tokens, :num_tokens] if sliced else self.mask).bool()
             if after_softmax:
                 weights = torch.softmax(scores, dim=-1).masked_fill(mask, 0.0)
             else:
@@ -380,7 +491,82 @@ def _variant(after_softmax=False, diagonal=1, sliced=True, scaled=True, persiste
                 context = self.dropout(context)
             return context
 
+    # Named like the answer's class, so that errors that quote the class name (load_state_dict's)
+    # read the same.
+    Variant.__name__ = Variant.__qualname__ = "CausalAttention"
     return Variant
+
+
+class _CAAltKeysFirst(nn.Module):
+    """Layers created key, value, query; a float non-persistent mask (LLMs-from-scratch's torch.triu
+    of ones, used with .bool()); inverted dropout by hand with rand_like >= p."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.p = dropout
+        self.context_length = context_length
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1),
+                             persistent=False)
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        if num_tokens > self.context_length:
+            raise ValueError(f"input has num_tokens={num_tokens} > context_length={self.context_length}")
+        keys, queries, values = self.W_key(x), self.W_query(x), self.W_value(x)
+        attn_scores = queries @ keys.transpose(-2, -1)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        if self.training and self.p > 0:
+            attn_weights = attn_weights * (torch.rand_like(attn_weights) >= self.p) / (1 - self.p)
+        return attn_weights @ values
+
+
+class _CAAltSDPA(nn.Module):
+    """torch's fused scaled_dot_product_attention, with its own dropout (dropout_p) in training."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout_p = dropout
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1),
+                             persistent=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        if n > self.mask.shape[0]:
+            raise ValueError(f"num_tokens ({n}) is larger than context_length ({self.mask.shape[0]})")
+        allowed = ~self.mask[:n, :n]          # SDPA's boolean attn_mask marks what MAY be attended
+        return F.scaled_dot_product_attention(self.W_query(x), self.W_key(x), self.W_value(x),
+                                              attn_mask=allowed,
+                                              dropout_p=self.dropout_p if self.training else 0.0)
+
+
+class _CAAltEinsum64(nn.Module):
+    """einsum in float64 with torch.where for the mask; nn.Dropout on the float64 weights."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.drop = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.arange(context_length)[None, :] > torch.arange(context_length)[:, None],
+                             persistent=False)
+
+    def forward(self, x):
+        num_tokens = x.size(1)
+        if num_tokens > self.mask.size(0):
+            raise ValueError("num_tokens=%d exceeds context_length=%d" % (num_tokens, self.mask.size(0)))
+        q, k, v = (layer(x).double() for layer in (self.W_query, self.W_key, self.W_value))
+        scores = torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(k.shape[-1])
+        scores = torch.where(self.mask[:num_tokens, :num_tokens], float("-inf"), scores)
+        weights = self.drop(torch.softmax(scores, dim=-1))
+        return torch.einsum("bqk,bkd->bqd", weights, v).to(x.dtype)
 
 
 register(Exercise(
@@ -388,19 +574,30 @@ register(Exercise(
     reference=CausalAttention, points=2, kind="class",
     checks=[
         Check("2 sequences of context_length=6 tokens, eval mode (parameters, buffer)", _attn_full_calls,
-              hint="project, score, scale by the square root of the keys' size, mask the future, softmax "
-                   "over the keys, then weight the values; the mask is a non-persistent buffer named mask."),
+              hint="this check loads given projections with load_state_dict, lists parameter shapes and "
+                   "buffer names, and compares the eval-mode output: look at each step (project, score, "
+                   "scale, mask, softmax, weight the values) and at the contract's names."),
         Check("inputs shorter than context_length (5 tokens and 1 token of 8)", _attn_short_calls,
-              hint="a sequence may be shorter than context_length: use the part of the mask that "
-                   "matches num_tokens."),
+              hint="this check passes sequences shorter than context_length, with given projections."),
         Check("changing only later tokens leaves earlier outputs unchanged", _attn_future_calls,
               compare=_compare_future,
               hint="every output may depend only on its own token and the tokens before it."),
-        Check("training mode: dropout on the attention weights (seeded)", _attn_train_calls,
-              hint="apply the module's dropout once, to the attention weights, after the softmax."),
+        Check("training mode, dropout=0.25: 40 seeded draws against eval mode (and dropout=0)",
+              _attn_train_calls, compare=_compare_attn_dropout,
+              hint="this check compares 40 training-mode outputs (each with its own seed) with eval mode: "
+                   "their mean must approach the eval output, their spread must be that of dropout with "
+                   "probability p on the attention weights, and dropout=0 must change nothing."),
+        Check("training mode with every value vector equal: dropout acts on the attention weights",
+              _attn_equal_values_calls, compare=_compare_attn_dropout_rows,
+              hint="this check makes every value vector the same vector b (W_value = 0, bias b): where "
+                   "dropout acts on the attention weights, each output row is a multiple of b."),
         Check("num_tokens > context_length raises ValueError naming both", _attn_too_long_calls,
-              must_mention=["num_tokens", "context_length"],
-              hint="compare num_tokens with context_length at the start of forward and raise ValueError."),
+              must_mention=["num_tokens", "context_length"], weight=0.5,
+              hint="this check passes 6 tokens to a module with context_length=4: compare num_tokens with "
+                   "context_length at the start of forward and name both in the ValueError."),
+        Check("training mode, random sizes and p, with qkv_bias=True (hidden)", _attn_train_hidden_calls,
+              public=False, compare=_compare_attn_dropout,
+              hint="this check repeats the 40-draw comparison with other sizes and another p."),
         Check("random sizes with qkv_bias=True, and gradients (hidden)", _attn_hidden_calls, public=False,
               hint="project, score, scale by the square root of the keys' size, mask the future, softmax "
                    "over the keys, then weight the values."),
@@ -421,10 +618,11 @@ register(Exercise(
         Mistake("scores not scaled",
                 "the scores are not divided by the square root of the keys' size (d_out).",
                 _variant(scaled=False)),
-        Mistake("persistent mask",
-                "the mask must be a non-persistent buffer: it is rebuilt from context_length, so it must "
-                "not appear in state_dict (loading the projections alone then fails).",
-                _variant(persistent=True)),
+        Mistake("persistent float mask buffer",
+                "your mask is a persistent buffer, so state_dict expects it and loading the projections "
+                "alone fails (\"Missing key(s) ... mask\"); it is rebuilt from context_length, so "
+                "register it with persistent=False.",
+                _variant(persistent=True, float_mask=True)),
         Mistake("dropout on the context vectors",
                 "dropout belongs on the attention weights (after the softmax), not on the output.",
                 _variant(dropout_on="context")),
@@ -436,6 +634,14 @@ register(Exercise(
                 "an input longer than context_length must raise ValueError naming num_tokens and "
                 "context_length before any computation.",
                 _variant(length_check=False)),
+    ],
+    alternatives=[
+        Alternative("keys first, float mask, dropout by hand", "layers created key, value, query; "
+                    "non-persistent float triu mask used with .bool(); rand_like >= p", _CAAltKeysFirst),
+        Alternative("torch's fused SDPA", "F.scaled_dot_product_attention with the inverted boolean mask "
+                    "and dropout_p in training", _CAAltSDPA),
+        Alternative("einsum in float64", "einsum, torch.where mask from arange comparisons, nn.Dropout on "
+                    "float64 weights, cast back", _CAAltEinsum64),
     ],
 ))
 
@@ -482,6 +688,27 @@ def _offset_validated(make):
     return impl
 
 
+def _offset_alt_arange(num_queries, num_keys):
+    if not (isinstance(num_queries, int) and isinstance(num_keys, int) and 0 < num_queries <= num_keys):
+        raise ValueError(f"expected 0 < num_queries <= num_keys, got num_queries={num_queries}, num_keys={num_keys}")
+    query_pos = torch.arange(num_keys - num_queries, num_keys)
+    return torch.arange(num_keys)[None, :] > query_pos[:, None]
+
+
+def _offset_alt_last_rows(num_queries, num_keys):
+    # The last num_queries rows of the full causal mask of num_keys tokens.
+    if num_queries < 1 or num_keys < num_queries:
+        raise ValueError(f"num_queries ({num_queries}) must be between 1 and num_keys ({num_keys})")
+    return torch.triu(torch.ones(num_keys, num_keys, dtype=torch.bool), diagonal=1)[num_keys - num_queries:]
+
+
+def _offset_alt_loops(num_queries, num_keys):
+    if not 1 <= num_queries <= num_keys:
+        raise ValueError("need 1 <= num_queries <= num_keys; num_queries=%d, num_keys=%d" % (num_queries, num_keys))
+    offset = num_keys - num_queries
+    return torch.tensor([[j > offset + i for j in range(num_keys)] for i in range(num_queries)], dtype=torch.bool)
+
+
 register(Exercise(
     label="ch05_ex4", title="A causal mask for queries that come last", name="offset_causal_mask",
     reference=offset_causal_mask, points=1,
@@ -490,7 +717,7 @@ register(Exercise(
               hint="query i sits at position num_keys - num_queries + i of the sequence; it may see every "
                    "key up to and including that position."),
         Check("invalid sizes raise ValueError naming num_queries and num_keys", _offset_bad_calls,
-              must_mention=["num_queries", "num_keys"],
+              must_mention=["num_queries", "num_keys"], weight=0.4,
               hint="require 1 <= num_queries <= num_keys and name both arguments in the message."),
         Check("random sizes (hidden)", _offset_hidden_calls, public=False,
               hint="query i sits at position num_keys - num_queries + i of the sequence; it may see every "
@@ -513,5 +740,12 @@ register(Exercise(
                 "and num_keys.",
                 lambda num_queries, num_keys: torch.ones(num_queries, num_keys, dtype=torch.bool)
                 .triu(num_keys - num_queries + 1)),
+    ],
+    alternatives=[
+        Alternative("position comparison", "key positions compared with the queries' positions (arange)",
+                    _offset_alt_arange),
+        Alternative("last rows of the full mask", "triu of a num_keys x num_keys mask, its last num_queries rows",
+                    _offset_alt_last_rows),
+        Alternative("loops", "a nested list comprehension, torch.tensor(dtype=bool)", _offset_alt_loops),
     ],
 ))
