@@ -95,14 +95,7 @@ def test_kept_mistake_is_caught_with_its_hint(exercise, mistake):
 ALTERNATIVES = [(ex, a) for ex in EXERCISES for a in ex.alternatives]
 
 
-# Chapter 7's rework (issue 10 and 11) did not land in this session: its exercises keep
-# no alternatives yet. Strict: the day they do, this marker must go.
-_UNFINISHED = {7: "chapter 7's exercises have no kept alternatives yet (issue 10, unfinished)"}
-
-
-@pytest.mark.parametrize("exercise", [
-    pytest.param(ex, marks=pytest.mark.xfail(strict=True, reason=_UNFINISHED[ex.chapter]))
-    if ex.chapter in _UNFINISHED else ex for ex in EXERCISES], ids=lambda e: e.label)
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.label)
 def test_every_exercise_keeps_at_least_three_alternatives(exercise):
     assert len(exercise.alternatives) >= 3, \
         f"{exercise.label} keeps {len(exercise.alternatives)} kept alternative(s), fewer than 3"
