@@ -48,6 +48,8 @@ the grading child with the rest of the package and holds no check and no referen
 from __future__ import annotations
 
 import math
+import sys
+import time
 from typing import Optional
 
 import torch
@@ -55,11 +57,12 @@ from torch import nn
 
 from . import multihead as mh
 from .functional import valid_mask
-from .translation import PRETRAINED_DIR, SOURCE_VOCAB, TARGET_VOCAB, Vocab
+from .translation import PRETRAINED_DIR, SOURCE_VOCAB, TARGET_VOCAB, Batches, Vocab, exact_match
 
 __all__ = ["sinusoidal_encoding", "padding_mask", "causal_mask", "decoder_self_mask",
            "MaskedMultiHeadAttention", "PositionwiseFFN", "EncoderBlock", "DecoderBlock",
-           "Transformer", "build_transformer", "load_pretrained_transformer", "count_parameters"]
+           "Transformer", "build_transformer", "load_pretrained_transformer", "count_parameters",
+           "learning_rate_factor", "train_scheduled"]
 
 
 # ------------------------------------------------------------------ positions and masks
@@ -307,10 +310,11 @@ class Transformer(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(d_model, tgt_vocab_size)
         # nn.Embedding starts at N(0, 1); scaled by sqrt(d_model) that would drown the positional
-        # encoding (entries at most 1). Starting at N(0, 1/d_model) gives the scaled embedding
-        # unit variance, the scale of the positions.
+        # encoding (entries at most 1). We start at N(0, 1/d_model^2): the scaled embedding then
+        # has norm about 1 against the table's sqrt(d_model / 2), so attention starts out reading
+        # positions, which the date task depends on (it learned markedly faster so).
         for table in (self.src_embedding, self.tgt_embedding):
-            nn.init.normal_(table.weight, std=d_model ** -0.5)
+            nn.init.normal_(table.weight, std=1.0 / d_model)
 
     def _embed(self, tokens: torch.Tensor, table: nn.Embedding) -> torch.Tensor:
         length = tokens.shape[1]
@@ -385,3 +389,91 @@ def load_pretrained_transformer(name: str = "ch08_transformer.pt") -> Transforme
     model = build_transformer(**config)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.eval()
+
+
+# ------------------------------------------------------------------ training with a schedule
+
+def learning_rate_factor(progress: float, step: int, warmup: int, decay: bool = True) -> float:
+    """The multiplier of the peak learning rate: a linear warm-up over ``warmup`` steps, then
+    (with ``decay``) a cosine from 1 down to 0 as ``progress`` (the share of the budget used,
+    steps or seconds) goes from 0 to 1 (Loshchilov and Hutter, 2017)."""
+    ramp = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+    if not decay:
+        return ramp
+    return ramp * 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
+
+
+def _epoch_batches(data: Batches, batch_size: int, generator: torch.Generator) -> list:
+    # Batches of similar source length in random order, drawn as Chapter 7's train_model draws them.
+    order = torch.randperm(len(data), generator=generator)
+    order = order[torch.sort(data.src_lens[order], stable=True).indices]
+    batches = [order[i: i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def train_scheduled(model: nn.Module, train: Batches, *, val: Optional[Batches] = None,
+                    max_steps: Optional[int] = None, max_seconds: Optional[float] = None,
+                    batch_size: int = 32, lr: float = 3e-3, warmup: int = 100, decay: bool = True,
+                    clip: float = 1.0, eval_every: int = 100, seed: int = 0, progress: str = "none",
+                    file=None) -> list:
+    """Chapter 7's training recipe with a learning-rate schedule, for any model with the
+    ``Seq2Seq`` interface (the Transformer and the Bahdanau model alike).
+
+    Teacher forcing, cross-entropy over the non-padding targets, gradient clipping to norm
+    ``clip``, batches of similar source length drawn from a generator seeded with ``seed`` (as
+    :func:`attention_course.translation.train_model` does), and Adam whose learning rate follows
+    :func:`learning_rate_factor` times ``lr``: a warm-up, then (unless ``decay=False``) a cosine
+    decay to 0 at the end of the budget, ``max_steps`` optimiser steps or ``max_seconds`` of training time (evaluations
+    not counted; with both, whichever ends first; the cosine follows the one given, the steps if
+    both are). Every ``eval_every`` steps and at the end the exact match on ``val`` is measured.
+    Returns the history, dicts ``{"step", "seconds", "loss", "val_acc", "lr"}``. ``progress``:
+    ``"lines"`` prints one line per evaluation, ``"none"`` nothing.
+    """
+    if max_steps is None and max_seconds is None:
+        raise ValueError("give a budget: max_steps or max_seconds")
+    if progress not in ("lines", "none"):
+        raise ValueError(f"progress must be 'lines' or 'none', got {progress!r}")
+    file = file or sys.stdout
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    history, step, seconds, running, seen, batches, cursor = [], 0, 0.0, 0.0, 0, [], 0
+
+    def used() -> float:
+        return step / max_steps if max_steps is not None else seconds / max_seconds
+
+    def report() -> None:
+        val_acc = float(exact_match(model, val).float().mean()) if val is not None else None
+        model.train()
+        history.append({"step": step, "seconds": seconds, "loss": running / max(seen, 1), "val_acc": val_acc,
+                        "lr": optimizer.param_groups[0]["lr"]})
+        if progress == "lines":
+            acc = "" if val_acc is None else f"  val exact match {100 * val_acc:5.1f}%"
+            budget = f"step {step:>5d}/{max_steps}" if max_steps is not None else f"step {step:>5d}"
+            print(f"{budget}  loss {history[-1]['loss']:.4f}{acc}", file=file, flush=True)
+
+    model.train()
+    while (max_steps is None or step < max_steps) and (max_seconds is None or seconds < max_seconds):
+        start = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = lr * learning_rate_factor(used(), step, warmup, decay)
+        if cursor == len(batches):
+            batches, cursor = _epoch_batches(train, batch_size, generator), 0
+        src, src_lens, tgt_in, tgt_out = train.batch(batches[cursor])
+        cursor += 1
+        logits, _ = model(src, src_lens, tgt_in)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
+                                           ignore_index=Vocab.pad)
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        step += 1
+        seconds += time.perf_counter() - start
+        running += loss.item()
+        seen += 1
+        if step % eval_every == 0:
+            report()
+            running, seen = 0.0, 0
+    if not history or history[-1]["step"] != step:
+        report()
+    return history
