@@ -63,6 +63,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from attention_course import multihead as mh  # noqa: E402
+from attention_course.efficient import peak_memory  # noqa: E402  (the profiler's allocator count)
 
 D_MODEL, NUM_HEADS, THREADS = 768, 12, 2
 CONTEXT = 1024
@@ -138,33 +139,9 @@ def time_size(batch: int, tokens: int) -> dict:
     return out
 
 
-class _QuietStderr:
-    """The profiler's C++ side prints start/stop lines on file descriptor 2; hide them."""
-
-    def __enter__(self):
-        sys.stderr.flush()
-        self._saved = os.dup(2)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        os.close(devnull)
-
-    def __exit__(self, *exc):
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-
-
 def peak_mb(fn) -> float:
     """Largest number of MB alive (allocated by PyTorch, counted from the start) during fn()."""
-    from torch.profiler import ProfilerActivity, profile
-    with _QuietStderr():
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            fn()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()          # + for an allocation, - for a free
-        peak = max(peak, live)
-    return peak / 2**20
+    return peak_memory(fn)[1] / 2**20
 
 
 def measure_memory(variant: str, batch: int, tokens: int) -> dict:
