@@ -258,26 +258,28 @@ register(Exercise(
     reference=F_att.masked_softmax, points=2,
     checks=[
         Check("1-D valid_lens (one length per sequence), and valid_lens=None", _ms_one_d, seed=0,
-              hint="this check compares the weights for one length per sequence, and the plain softmax; "
-                   "look at which axis you normalise and at which key positions count as valid."),
+              hint="this check compares the weights for one valid length per sequence and for valid_lens=None: "
+                   "row (b, i) sums to 1 over the first valid_lens[b] keys and is 0 after them; with None, "
+                   "every key counts."),
         Check("2-D valid_lens (one length per query)", _ms_two_d, seed=1,
-              hint="a 2-D valid_lens of shape (batch, num_queries) gives each query its own length; "
-                   "look at how you line the lengths up with the key positions."),
+              hint="this check compares the weights for a 2-D valid_lens of shape (batch, num_queries): row "
+                   "(b, i) sums to 1 over the first valid_lens[b, i] keys and is 0 after them."),
         Check("a valid length of 0: an all-zero row and finite gradients (scores require grad)",
               _ms_zero, seed=2, weight=1.5,
               hint="this check has rows with valid length 0 and also takes the gradient of the weights "
-                   "with respect to scores, which require grad here: look at the values of such a row, "
-                   "at whether a NaN can reach the backward pass, and at whether scores are changed in "
-                   "place."),
+                   "with respect to scores, which require grad here: such a row is all zeros, every "
+                   "gradient is finite, and the caller's scores stay as they were; the reason above says "
+                   "what differs."),
         Check("valid_lens of the wrong shape raises ValueError naming valid_lens and scores and both shapes",
               _ms_bad_shape, seed=3, must_mention=_ms_words, weight=0.5,
               hint="accept valid_lens of shape (batch,) or (batch, num_queries) only; otherwise raise a "
                    "ValueError whose message contains both names and both shapes."),
         Check("random shapes with empty sequences, forward and backward (hidden)", _ms_random, public=False,
-              hint="check masking with random lengths between 0 and num_keys, in both 1-D and 2-D form, "
-                   "and the gradients with respect to scores."),
+              hint="this check compares the weights and their gradients with respect to scores for random "
+                   "shapes and lengths between 0 and num_keys, in both 1-D and 2-D form."),
         Check("float64 scores keep their dtype (hidden)", _ms_float64, public=False,
-              hint="return weights of the same dtype as scores, also where you write zeros."),
+              hint="this check passes float64 scores: the weights (their zeros included) and the gradient "
+                   "are float64 too."),
     ],
     mistakes=[
         Mistake("finite -1e6 mask",
@@ -335,6 +337,12 @@ _sdpa_unscaled = _sdpa_with(lambda d, d_v: 1.0)
 _sdpa_no_mask = _sdpa_with(lambda d, d_v: math.sqrt(d), use_lens=False)
 _sdpa_by_dv = _sdpa_with(lambda d, d_v: math.sqrt(d_v))
 _sdpa_d2l_mask = _sdpa_with(lambda d, d_v: math.sqrt(d), softmax=_ms_finite_mask)
+
+
+def _sdpa_swapped(queries, keys, values, valid_lens=None):
+    # Right values, returned in the wrong order: (weights, output).
+    output, weights = F_att.scaled_dot_product_attention(queries, keys, values, valid_lens)
+    return weights, output
 
 
 def _sdpa_alt_d2l(queries, keys, values, valid_lens=None):
@@ -422,19 +430,23 @@ register(Exercise(
     name="scaled_dot_product_attention", reference=F_att.scaled_dot_product_attention, points=2,
     checks=[
         Check("no mask: queries (2, 3, 4), keys (2, 5, 4), values (2, 5, 6)", _sdpa_plain, seed=0,
-              hint="this check compares output and weights without a mask, with d = 4 and d_v = 6: "
-                   "look at the scores (which sizes they compare, what they are divided by) and at the "
-                   "order of the returned tuple (output, weights)."),
+              hint="this check compares the tuple (output, weights) without a mask, with d = 4 and d_v = 6: "
+                   "output has shape (batch, num_queries, d_v), weights (batch, num_queries, num_keys), each "
+                   "row of weights sums to 1; the reason above names the first item that differs."),
         Check("1-D valid_lens", _sdpa_one_d, seed=1,
-              hint="this check adds one valid length per sequence: look at how valid_lens reaches the "
-                   "softmax."),
+              hint="this check adds one valid length per sequence: each query's weights sum to 1 over the "
+                   "first valid_lens[b] keys and are 0 after them; the reason above names the first item of "
+                   "(output, weights) that differs."),
         Check("2-D valid_lens with a zero length: that query's output is the zero vector", _sdpa_zero,
-              seed=2, hint="this check has a query with no valid key, whose weights and output must be "
-                           "all zeros: look at how the masking treats such a row."),
+              seed=2, hint="this check gives each query its own valid length, one of them 0: a query with "
+                           "no valid key gets all-zero weights and a zero output; the reason above names the "
+                           "first item of (output, weights) that differs."),
         Check("random shapes with d up to 64 (hidden)", _sdpa_random, public=False,
-              hint="check the scaling for larger d, and the masking."),
+              hint="this check compares output and weights for random sizes with d up to 64, with and "
+                   "without valid_lens."),
         Check("gradients reach queries, keys and values (hidden)", _sdpa_grad, public=False,
-              hint="do not detach tensors or leave autograd; compute everything with torch operations."),
+              hint="this check compares the gradients of the output with respect to queries, keys and "
+                   "values (float64, 2-D valid_lens) with the reference's."),
     ],
     mistakes=[
         Mistake("scaled by d", "the scores are divided by d; the variance argument gives sqrt(d).", _sdpa_by_d),
@@ -447,6 +459,9 @@ register(Exercise(
                 "a query with no valid key got uniform weights over the padding (a masked softmax that "
                 "fills with a finite -1e6, like d2l's); such a query must get zero weights and a zero "
                 "output, as attn.masked_softmax gives.", _sdpa_d2l_mask),
+        Mistake("output and weights swapped",
+                "your values are right but come back in the wrong order: you returned (weights, output); "
+                "the contract asks for the tuple (output, weights).", _sdpa_swapped),
     ],
     alternatives=[
         Alternative("d2l's DotProductAttention", "torch.bmm with keys.transpose(1, 2), math.sqrt(d)",
@@ -647,14 +662,16 @@ register(Exercise(
               hint="this check lists the module's parameters (names and shapes) after one call: compare "
                    "them with the contract."),
         Check("queries of size 6, keys of size 4, 1-D valid_lens (given parameters)", _add_one_d, seed=1,
-              hint="this check loads given parameters and compares output and weights: look at how each "
-                   "(query, key) pair is scored, over which axis the weights are normalised, and how the "
-                   "values are pooled."),
+              hint="this check loads given parameters and compares output and weights with one valid "
+                   "length per sequence: the score of a (query, key) pair is w_v(tanh(W_q q + W_k k)), each "
+                   "query's weights sum to 1 over its valid keys, output = weights times values."),
         Check("2-D valid_lens with a zero length (given parameters)", _add_two_d, seed=2,
-              hint="this check gives each query its own valid length, one of them 0: look at how the "
-                   "masking treats a query with no valid key."),
+              hint="this check gives each query its own valid length, one of them 0: a query with no "
+                   "valid key gets all-zero weights and a zero output; the reason above names the first "
+                   "item of (output, weights) that differs."),
         Check("random sizes, gradients reach queries and keys (hidden)", _add_random, public=False,
-              hint="check broadcasting of queries against keys for random sizes, and keep autograd intact."),
+              hint="this check compares output, weights and the gradients with respect to queries and keys "
+                   "for random sizes."),
     ],
     mistakes=[
         Mistake("forgot tanh",
@@ -782,10 +799,10 @@ register(Exercise(
               seed=0, hint="this check compares the dict (its three keys, each a tuple of ints) for the "
                            "chapter's running example: work each shape out from the contract's table."),
         Check("one query, many keys; and queries and keys of different sizes", _shapes_one_query, seed=1,
-              hint="which sizes survive? the batch, the number of queries, and whatever the step "
-                   "adds (keys, value size, hidden size)."),
+              hint="this check uses one query against many keys, and queries and keys of different sizes: "
+                   "each of the three shapes follows from the contract's table for any sizes."),
         Check("random shapes (hidden)", _shapes_random, public=False,
-              hint="work out each shape from the contract, for any sizes."),
+              hint="this check compares the three shapes for random sizes."),
     ],
     mistakes=[
         Mistake("output sized like the queries",
@@ -1001,17 +1018,20 @@ register(Exercise(
               hint="this check lists the module's parameters (names and shapes) after one call: compare "
                    "them with the contract."),
         Check("queries of size 3, keys of size 5, 1-D valid_lens (given W)", _bil_given, seed=1,
-              hint="this check loads a given W and compares output and weights: look at which side of W "
-                   "each of queries and keys goes, and at what you do with the scores before the softmax."),
+              hint="this check loads a given W of shape (3, 5) and compares output and weights with one "
+                   "valid length per sequence: the score of a (query, key) pair is q^T W k, and each "
+                   "query's weights sum to 1 over its valid keys."),
         Check("a square W with 2-D valid_lens (one 0); and W = I gives dot-product attention", _bil_square,
               seed=2, hint="this check uses a square, non-symmetric W (and then the identity) with one "
-                           "valid length per query: look at the orientation of W and at the masking."),
+                           "valid length per query, one of them 0: the score is q^T W k, a query with no "
+                           "valid key gets zero weights; the reason above names the first call that differs."),
         Check("queries or keys of the wrong size raise ValueError naming the argument and its shape",
               _bil_bad, seed=3, must_mention=_bil_words, weight=0.5,
               hint="compare the last size of queries with W's rows and that of keys with W's columns "
                    "before computing, and name the argument and its shape in the message."),
         Check("random sizes, gradients reach queries, keys and values (hidden)", _bil_random, public=False,
-              weight=1.5, hint="check the score for random sizes, the masking, and keep autograd intact."),
+              weight=1.5, hint="this check compares output, weights and the gradients with respect to "
+                               "queries, keys and values for random sizes, with and without valid_lens."),
     ],
     mistakes=[
         Mistake("W used transposed",

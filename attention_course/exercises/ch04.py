@@ -164,7 +164,8 @@ register(Exercise(
               hint="score = dot product of the query with each token, weights = softmax of the scores, "
                    "context = weighted sum of the token embeddings."),
         Check("7 random tokens of width 5 (float32) and 4 of width 3 (float64)", _cv_random_calls, seed=1,
-              hint="the result has shape (d_in,) and the dtype of inputs; start your sum from zeros of that dtype."),
+              hint="this check uses random tokens in float32 and in float64: the context vector has shape "
+                   "(d_in,) and the dtype of inputs, and its values are compared too."),
         Check("query_index out of range (6, -1, 100) raises ValueError naming query_index",
               _cv_bad_calls, seed=0, must_mention=["query_index"], weight=0.5,
               hint="check 0 <= query_index < num_tokens before computing anything, and name query_index "
@@ -298,14 +299,15 @@ register(Exercise(
               hint="return a tuple (weights, contexts): weights (num_tokens, num_tokens) with rows summing "
                    "to 1, contexts = weights times inputs."),
         Check("a batch of 2 sequences of 5 tokens of width 4", _ssa_batch_calls, seed=0,
-              hint="with a batch axis in front, every matrix product and the softmax must act on the last "
-                   "two axes only."),
+              hint="this check passes a batch of shape (2, 5, 4): each sequence of the batch must get the "
+                   "weights and contexts it would get alone, as a 2-D input."),
         Check("1-D inputs raise ValueError naming inputs and its shape", _ssa_bad_calls, seed=0,
               must_mention=lambda call: ["inputs", tuple(call.args[0].shape)], weight=0.5,
               hint="check inputs.dim() first and name inputs (and its shape) in the message."),
         Check("a float64 batch of 3 x 9 tokens of width 6, and 7 tokens of width 3 (hidden)",
               _ssa_big_calls, seed=3, public=False,
-              hint="keep the dtype of inputs and act on the last two axes only."),
+              hint="this check uses a float64 batch and a 2-D float32 input: weights and contexts keep the "
+                   "dtype of inputs, and each sequence gets what it would get alone."),
     ],
     mistakes=[
         Mistake("softmax over the queries axis",
@@ -387,6 +389,21 @@ class _SAKeysT(SelfAttention):
         queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
         scores = queries @ keys.T
         return torch.softmax(scores / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+class _SAScaledByDin(SelfAttention):
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(-2, -1) / math.sqrt(x.shape[-1])
+        return torch.softmax(scores, dim=-1) @ values
+
+
+class _SAKeysTimesQueries(SelfAttention):
+    # K Q^T instead of Q K^T: row i holds key i against every query.
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = keys @ queries.transpose(-2, -1) / math.sqrt(keys.shape[-1])
+        return torch.softmax(scores, dim=-1) @ values
 
 
 class _SAAltRaschka(nn.Module):
@@ -476,16 +493,20 @@ register(Exercise(
     name="SelfAttention", reference=SelfAttention, points=3, kind="class",
     checks=[
         Check("d_in=3, d_out=2 on the chapter's sentence, with given weights", _sa_sentence_calls, seed=4,
-              hint="three nn.Linear layers named W_query, W_key, W_value; scores = queries times keys "
-                   "transposed, divided by sqrt(d_k); softmax over the keys; weights times values."),
+              hint="this check loads given weights into W_query, W_key and W_value (d_in=3, d_out=2) and "
+                   "compares the output on the chapter's sentence with the contract's: scores = queries "
+                   "times keys transposed, divided by sqrt(d_k) with d_k = d_out the width of the keys; "
+                   "softmax over the keys; weights times values."),
         Check("a batch of 2 x 4 tokens, d_in=5, d_out=3, with given weights", _sa_batch_calls, seed=5,
-              hint="this check runs a batch (a 3-D x): every product and the softmax must act on the "
-                   "last two axes, with the batch axis in front left alone."),
+              hint="this check runs a batch (x of shape (2, 4, 5)) with given weights, d_in=5, d_out=3: "
+                   "each sequence of the batch must get the output it would get alone, as a 2-D x."),
         Check("qkv_bias=True gives each projection a bias", _sa_bias_calls, seed=6,
-              hint="this check builds the module with qkv_bias=True, lists its parameters and loads given "
-                   "weights and biases by name: compare your layers with the contract."),
+              hint="this check builds the module with qkv_bias=True (d_in=3, d_out=4), loads given weights "
+                   "and biases by name, and compares the output and the parameters' names and shapes; the "
+                   "reason above says which of them differs."),
         Check("batches with and without bias, other sizes (hidden)", _sa_big_calls, seed=7, public=False,
-              hint="three nn.Linear(d_in, d_out, bias=qkv_bias), scaled by sqrt(d_out), softmax over keys."),
+              hint="this check compares outputs and parameters for a batch and a single sequence, with and "
+                   "without bias, for other sizes (d_out larger and smaller than d_in)."),
     ],
     mistakes=[
         Mistake("no scaling",
@@ -507,6 +528,13 @@ register(Exercise(
                 "two (the token and feature axes); swap only those two, so that the same code serves one "
                 "sequence and a batch.",
                 _SAKeysT),
+        Mistake("scaled by sqrt(d_in)",
+                "you divided the scores by the square root of d_in, the width of the inputs; the scale "
+                "is sqrt(d_k), the width of the keys (d_out).", _SAScaledByDin),
+        Mistake("keys times queries",
+                "your scores are keys times queries transposed: row i holds key i against every query, so "
+                "each row of weights is normalised over the queries. The scores have one row per query: "
+                "queries times keys transposed.", _SAKeysTimesQueries),
     ],
     alternatives=[
         Alternative("LLMs-from-scratch's layout", "layers created value, key, query; keys.T or "
@@ -656,8 +684,9 @@ register(Exercise(
     checks=[
         Check("the chapter's sentence, owls and mice swapped, then cyclically shifted",
               _ap_sentence_calls, seed=8,
-              hint="attend over inputs[perm] (scaled by sqrt(d_k)), then move row r of the result back "
-                   "to the position of token perm[r]."),
+              hint="this check swaps owls and mice, then shifts the sentence cyclically, and compares both "
+                   "returned tensors: the first is scaled attention (sqrt(d_k)) over inputs[perm]; in the "
+                   "second, row t is the context of original token t."),
         Check("8 random tokens, a random permutation", _ap_random_calls, seed=9,
               hint="restored_contexts[t] must be the context of original token t, which sits at the "
                    "position where perm holds t."),
@@ -666,7 +695,8 @@ register(Exercise(
               hint="check that perm is 1-D and holds each index 0..num_tokens-1 exactly once; name perm "
                    "in the message."),
         Check("10 random tokens, a random permutation (hidden)", _ap_big_calls, seed=11, public=False,
-              hint="scaled attention over inputs[perm], then the inverse permutation for the restored rows."),
+              hint="this check compares both returned tensors for 10 random tokens and a random "
+                   "permutation."),
     ],
     mistakes=[
         Mistake("reapplied perm",
@@ -754,6 +784,18 @@ def _pe_odd_accepted(num_positions, d_model):
     return _pe_table(num_positions, d_model, lambda c: 2 * (c // 2) / d_model)
 
 
+def _pe_from_one(num_positions, d_model):
+    # Positions counted 1..num_positions instead of 0..num_positions-1.
+    _pe_validate(num_positions, d_model)
+    return _pe_table(num_positions + 1, d_model, lambda c: 2 * (c // 2) / d_model)[1:]
+
+
+def _pe_float64(num_positions, d_model):
+    # The right table, left in float64.
+    _pe_validate(num_positions, d_model)
+    return _pe_table(num_positions, d_model, lambda c: 2 * (c // 2) / d_model).double()
+
+
 def _pe_alt_d2l(num_positions, d_model):
     # d2l's PositionalEncoding table: positions over a power of 10000, float32 throughout.
     if num_positions <= 0:
@@ -836,13 +878,15 @@ register(Exercise(
               hint="column 2i holds sin(pos / 10000^(2i/d_model)), column 2i+1 the cosine of the same angle; "
                    "return float32 of shape (num_positions, d_model)."),
         Check("50 positions, d_model=16", _pe_table_calls, seed=0, atol=1e-4,
-              hint="use the same frequency for columns 2i and 2i+1: 1 / 10000^(2i/d_model)."),
+              hint="this check compares the whole float32 table for 50 positions and d_model=16: row pos, "
+                   "column 2i holds sin(pos / 10000^(2i/d_model)), column 2i+1 the cosine of the same "
+                   "angle; the reason above gives the largest difference."),
         Check("odd or non-positive sizes raise ValueError naming the argument (num_positions when both "
               "are wrong)", _pe_bad_calls, seed=0, atol=1e-4, must_mention=_pe_bad_words, weight=0.5,
               hint="refuse num_positions < 1 and an odd or non-positive d_model, naming the offending "
                    "argument in the message."),
         Check("random sizes (hidden)", _pe_random_calls, seed=12, public=False, atol=1e-4,
-              hint="interleaved sin (even columns) and cos (odd columns), frequency 1 / 10000^(2i/d_model)."),
+              hint="this check compares float32 tables of random sizes, and a single position."),
     ],
     mistakes=[
         Mistake("sin and cos swapped",
@@ -864,6 +908,12 @@ register(Exercise(
         Mistake("d_model checked first",
                 "when both num_positions and d_model are wrong, the contract asks for the error about "
                 "num_positions: test num_positions first.", _pe_d_model_first),
+        Mistake("positions counted from 1",
+                "your rows are positions 1 to num_positions; positions count from 0, so row 0 holds "
+                "sin(0) = 0 in the even columns and cos(0) = 1 in the odd ones.", _pe_from_one),
+        Mistake("float64 table",
+                "your values are right but the table is float64; the contract asks for float32 (compute "
+                "in float64 if you like, and convert the result).", _pe_float64),
     ],
     alternatives=[
         Alternative("d2l's table", "positions divided by torch.pow(10000, 2i/d_model), float32, slice "
@@ -899,6 +949,11 @@ def _lsd_reshaped(W_query, W_key, W_value):
 
 def _lsd_bare_names(W_query, W_key, W_value):
     return {name: W.T.contiguous() for name, W in zip(_LINEAR_NAMES, (W_query, W_key, W_value))}
+
+
+def _lsd_query_key_swapped(W_query, W_key, W_value):
+    return {"W_query.weight": W_key.T.contiguous(), "W_key.weight": W_query.T.contiguous(),
+            "W_value.weight": W_value.T.contiguous()}
 
 
 def _lsd_with_biases(W_query, W_key, W_value):
@@ -974,14 +1029,14 @@ register(Exercise(
     checks=[
         Check("the chapter's W_q, W_k, W_v (d_in=3, d_out=2)", _lsd_chapter_calls, seed=0,
               hint="this check compares your dict (its keys, and each tensor's shape, dtype and values) "
-                   "with what SelfAttention(3, 2) must load to compute x @ W_q, x @ W_k and x @ W_v: look "
-                   "at how nn.Linear stores and applies its weight."),
+                   "with what SelfAttention(3, 2) must load so that its layers compute x @ W_q, x @ W_k "
+                   "and x @ W_v; the reason above names the first entry that differs."),
         Check("float64 matrices with d_in=5, d_out=4", _lsd_other_calls, seed=1,
-              hint="this check uses other sizes and float64: the weights keep the matrices' dtype, and "
-                   "their shape follows nn.Linear(d_in, d_out)."),
+              hint="this check uses float64 matrices with d_in=5, d_out=4: the dict must hold what "
+                   "SelfAttention(5, 4) loads to compute the same products, in float64; the reason above "
+                   "names the first entry that differs."),
         Check("random sizes, one of them square (hidden)", _lsd_random_calls, public=False,
-              hint="check other sizes, including d_in == d_out, where only the values tell a transpose "
-                   "from no transpose."),
+              hint="this check compares the dict for random sizes, one of them with d_in == d_out."),
     ],
     mistakes=[
         Mistake("not transposed",
@@ -997,6 +1052,9 @@ register(Exercise(
         Mistake("zero biases added",
                 "exercise 3's module with qkv_bias=False has no bias parameters, so load_state_dict "
                 "refuses 'W_query.bias' and friends; return the three weights only.", _lsd_with_biases),
+        Mistake("query and key swapped",
+                "'W_query.weight' holds W_key and 'W_key.weight' holds W_query: each matrix belongs to the "
+                "layer of the same name.", _lsd_query_key_swapped),
     ],
     alternatives=[
         Alternative("copy_ into real layers", "nn.Linear layers in a module, copy_ under no_grad, "
@@ -1135,14 +1193,16 @@ register(Exercise(
     name="offset_matrix", reference=offset_matrix, points=2,
     checks=[
         Check("k=5, d_model=32 (the chapter's table)", _om_chapter_calls, seed=0, atol=1e-5,
-              hint="this check compares the whole (32, 32) matrix: look at the frequency of each pair, at "
-                   "which columns form a pair, and at the sign of the sine in each 2x2 block (work it out "
-                   "from sin(a + b) and cos(a + b), with a pair ordered (sin, cos))."),
+              hint="this check compares the whole (32, 32) matrix for k=5: M_k @ PE[pos] must equal "
+                   "PE[pos + k] for every position, the pair of columns 2i (sin) and 2i+1 (cos) turned by "
+                   "its own angle k / 10000^(2i/d_model)."),
         Check("a negative offset, a zero offset, one pair: (k, d_model) = (-3, 8), (0, 8), (1, 2)",
               _om_negative_calls, seed=0, atol=1e-5,
-              hint="this check covers k < 0 (turning back) and k = 0, for which M_k must be the identity."),
+              hint="this check covers k < 0 (M_k @ PE[pos] = PE[pos + k] turns back), k = 0 (M_0 is the "
+                   "identity) and d_model = 2 (one pair)."),
         Check("a long offset in a wide table: k=40, d_model=64", _om_long_calls, seed=0, atol=1e-5,
-              hint="this check uses larger angles: every block turns by its frequency times k."),
+              hint="this check compares the (64, 64) matrix for k=40: M_k @ PE[pos] must equal PE[pos + k] "
+                   "there too."),
         Check("an odd or non-positive d_model raises ValueError naming d_model", _om_bad_calls, seed=0,
               must_mention=["d_model"], weight=0.5,
               hint="refuse a d_model that is not a positive even number, and name d_model in the message."),

@@ -222,9 +222,9 @@ def _alt_merge_sigmoid(out_a, lse_a, out_b, lse_b):
     return w_a[..., None] * out_a + w_b[..., None] * out_b, lse
 
 
-_MERGE_HINT = ("each part must count in proportion to its share of the total sum of exp(scores), "
-               "exp(lse_part - lse) with lse the log-sum-exp of the union; check the returned lse, the "
-               "weights and the shapes.")
+_MERGE_HINT = ("this check compares the returned (out, lse) with those of attention over all keys: each "
+               "part counts in proportion to its share exp(lse_part - lse) of the total, lse being the "
+               "log-sum-exp of the union; the reason above names the first item that differs.")
 
 register(Exercise(
     label="ch09_ex1", title="Merging two partial attention results", name="merge_attention_partials",
@@ -233,11 +233,12 @@ register(Exercise(
         Check("keys split in two: the merge equals attention over all keys", _merge_main_calls,
               hint=_MERGE_HINT),
         Check("scores in the hundreds (lse > 150): finite and exact", _merge_large_calls, atol=1e-4,
-              hint="exp of a log-sum-exp above about 88 is inf in float32: work with differences of "
-                   "lse values, never with exp(lse) itself."),
+              hint="this check uses log-sum-exps above 150 (exp of anything above about 88 is inf in "
+                   "float32): out and lse must be finite and equal those of attention over all keys."),
         Check("a part with no visible key (lse = -inf), and a query with none at all", _merge_empty_calls,
-              hint="a part with lse = -inf must weigh 0; when both are -inf the output is all zeros and "
-                   "lse stays -inf (no NaN)."),
+              hint="this check has a part with no visible key (lse = -inf) and a query with none at all: "
+                   "an empty part weighs 0; a query with no visible key gets an all-zero output and "
+                   "lse = -inf, never NaN."),
         Check("shapes that do not fit raise ValueError naming the arguments and shapes", _merge_bad_calls,
               must_mention=_merge_must_mention, weight=0.5,
               hint="compare out_a.shape with out_b.shape, and each lse's shape with out_a.shape[:-1], "
@@ -498,9 +499,10 @@ def _alt_stats_masked_matrix(blocks):
     return top, total
 
 
-_STATS_HINT = ("after block i, maxima[i] is the largest score of blocks 0..i and sums[i] the sum of "
-               "exp(score - maxima[i]) over those scores; check both against a direct computation on "
-               "the concatenated blocks.")
+_STATS_HINT = ("this check compares (maxima, sums) with a direct computation on the concatenated blocks: "
+               "after block i, maxima[i] is the largest score of blocks 0..i and sums[i] the sum of "
+               "exp(score - maxima[i]) over those scores; the reason above names the first item that "
+               "differs.")
 
 register(Exercise(
     label="ch09_ex2", title="The online softmax over a stream of blocks", name="online_softmax_stats",
@@ -508,12 +510,14 @@ register(Exercise(
     checks=[
         Check("blocks of widths 2, 3, 1 for 4 rows, and three 1-D blocks", _stats_main_calls, hint=_STATS_HINT),
         Check("the maximum jumps by hundreds between blocks: finite and exact", _stats_large_calls,
-              hint="exp of a score hundreds above the current maximum is inf in float32: move the "
-                   "maximum before exponentiating anything."),
+              hint="this check lets the maximum jump by hundreds between blocks (exp of such a jump is "
+                   "inf in float32): maxima and sums must stay finite and equal a direct computation on "
+                   "the concatenated blocks."),
         Check("masked scores (-inf): a fully masked first block, a row with no visible score",
               _stats_masked_calls,
-              hint="while every score of a row is -inf, its maximum is -inf and its sum 0; avoid "
-                   "-inf - (-inf), which is NaN."),
+              hint="this check masks scores with -inf (a fully masked first block, a row with no visible "
+                   "score): while every score of a row so far is -inf, its maximum is -inf and its sum 0, "
+                   "never NaN."),
         Check("an empty list and blocks with different leading shapes raise ValueError naming blocks",
               _stats_bad_calls, must_mention=_stats_must_mention, weight=0.5,
               hint="test for an empty list and compare every block's shape[:-1] with the first one's; "
@@ -992,6 +996,47 @@ _step_d_out_scale = _step_checked(lambda *a: _step_generic(*a, append=_append_to
                                                            scale_by_d_out=True))
 
 
+def _step_interleaved(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads):
+    # Heads split (and merged back) in an interleaved layout: feature f goes to head f % num_heads,
+    # as a view(..., head_dim, num_heads) does, instead of (..., num_heads, head_dim).
+    _validate_step(x_new, k_cache, v_cache, w_query, num_heads)
+    batch, n_new, _ = x_new.shape
+    d_out = w_query.shape[0]
+    head_dim = d_out // num_heads
+
+    def split(t):
+        return t.view(batch, n_new, head_dim, num_heads).permute(0, 3, 1, 2)
+
+    q = split(x_new @ w_query.T)
+    keys = torch.cat([k_cache, split(x_new @ w_key.T)], dim=2)
+    values = torch.cat([v_cache, split(x_new @ w_value.T)], dim=2)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(head_dim)
+    hidden = _offset_mask(n_new, keys.shape[2])
+    weights = torch.softmax(scores.masked_fill(hidden, NEG_INF), dim=-1)
+    context = (weights @ values).permute(0, 2, 3, 1).reshape(batch, n_new, d_out)
+    return context, keys, values
+
+
+def _step_interleaved_split(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads):
+    # The same interleaved split, but the heads merged back in the contract's layout.
+    _validate_step(x_new, k_cache, v_cache, w_query, num_heads)
+    batch, n_new, _ = x_new.shape
+    d_out = w_query.shape[0]
+    head_dim = d_out // num_heads
+
+    def split(t):
+        return t.view(batch, n_new, head_dim, num_heads).permute(0, 3, 1, 2)
+
+    q = split(x_new @ w_query.T)
+    keys = torch.cat([k_cache, split(x_new @ w_key.T)], dim=2)
+    values = torch.cat([v_cache, split(x_new @ w_value.T)], dim=2)
+    scores = q @ keys.transpose(-2, -1) / math.sqrt(head_dim)
+    hidden = _offset_mask(n_new, keys.shape[2])
+    weights = torch.softmax(scores.masked_fill(hidden, NEG_INF), dim=-1)
+    context = (weights @ values).transpose(1, 2).reshape(batch, n_new, d_out)
+    return context, keys, values
+
+
 def _step_unchecked(*args):
     return _step_generic(*args, append=_append_tokens, mask=_offset_mask)
 
@@ -1046,18 +1091,26 @@ def _alt_step_loops64(x_new, k_cache, v_cache, w_query, w_key, w_value, num_head
     return context, torch.stack(heads_k, 1).to(k_cache.dtype), torch.stack(heads_v, 1).to(v_cache.dtype)
 
 
-_STEP_HINT = ("new token i sits at position n_past + i: it sees every cached token and the new tokens "
-              "up to itself; the caches grow along the tokens axis (dim 2), old tokens first. Check the "
-              "three returned tensors one by one.")
+_STEP_CONTRACT = ("feature h * head_dim + i of each projection belongs to head h (and goes back there in "
+                  "the context); scores are scaled by 1 / sqrt(head_dim); new token i sits at position "
+                  "n_past + i and sees the cache and the new tokens up to itself; the caches grow along "
+                  "dim 2, old tokens first.")
+_STEP_SAME = "The reason above names the first of (context, k_cache, v_cache) that differs. The contract: "
+_STEP_HINT = "this check compares (context, k_cache, v_cache) with the reference's. " + _STEP_SAME + _STEP_CONTRACT
 
 register(Exercise(
     label="ch09_ex4", title="One decoding step with a key-value cache", name="cached_attention_step",
     reference=cached_attention_step, points=3,
     checks=[
-        Check("one new token after 5 cached ones, and after 1", _step_one_calls, hint=_STEP_HINT),
-        Check("an empty cache and 4 new tokens (the prompt)", _step_prefill_calls, hint=_STEP_HINT),
+        Check("one new token after 5 cached ones, and after 1", _step_one_calls,
+              hint="this check decodes one new token (2 heads, then 1 head), which sees every cached token. "
+                   + _STEP_SAME + _STEP_CONTRACT),
+        Check("an empty cache and 4 new tokens (the prompt)", _step_prefill_calls,
+              hint="this check starts from an empty cache (n_past = 0) with 4 new tokens and 2 heads. "
+                   + _STEP_SAME + _STEP_CONTRACT),
         Check("3 new tokens after 4 cached ones, 2 after 2 (offset causal mask)", _step_chunk_calls,
-              hint=_STEP_HINT),
+              hint="this check adds several new tokens after a non-empty cache (2 heads, then 4). "
+                   + _STEP_SAME + _STEP_CONTRACT),
         Check("k_cache and v_cache of different shapes raise ValueError naming both and their shapes",
               _step_bad_calls, must_mention=_step_must_mention, weight=0.5,
               hint="compare k_cache.shape with v_cache.shape first; name both and give their shapes."),
@@ -1091,6 +1144,18 @@ register(Exercise(
                 "each head's scores are divided by the square root of head_dim = d_out // num_heads, the "
                 "size of the vectors in its dot products, not of d_out.",
                 _step_d_out_scale),
+        Mistake("heads interleaved",
+                "your split gives head h the features h, h + num_heads, h + 2 * num_heads, ... (a view as "
+                "(head_dim, num_heads) deals the features out to the heads in turn); the contract gives "
+                "head h the contiguous features h * head_dim to (h + 1) * head_dim - 1, both in the "
+                "projections (the layout of the cache) and in the context.",
+                _step_interleaved),
+        Mistake("heads interleaved when split",
+                "your split gives head h the features h, h + num_heads, h + 2 * num_heads, ... (a view as "
+                "(head_dim, num_heads) deals the features out to the heads in turn); the contract gives "
+                "head h the contiguous features h * head_dim to (h + 1) * head_dim - 1, the layout of the "
+                "cache.",
+                _step_interleaved_split),
         Mistake("no cache shape check",
                 "caches of different shapes must raise ValueError naming k_cache and v_cache with their "
                 "shapes, not fail later with another error.",
