@@ -75,8 +75,13 @@ def run_call(obj: Any, call, kind: str = "function") -> dict:
             instance = obj(*[_copy_arg(a) for a in call.init_args],
                            **{k: _copy_arg(v) for k, v in call.init_kwargs.items()})
             if call.state_dict is not None:
-                instance.load_state_dict(
-                    {k: v.clone() for k, v in call.state_dict.items()})
+                state = {k: v.clone() for k, v in call.state_dict.items()}
+                if not call.strict_state:
+                    parameters = {name for name, _ in instance.named_parameters()}
+                    for name, value in instance.state_dict().items():
+                        if name not in state and name not in parameters:
+                            state[name] = value      # the answer's own persistent buffer
+                instance.load_state_dict(state)
             if call.train is not None:
                 instance.train(call.train)
             target = getattr(instance, call.method) if call.method else instance

@@ -38,6 +38,11 @@ class Call:
     returned too (the args are made leaf tensors that require grad).
     ``report`` asks for extra facts about a module instance: ``"param_shapes"``
     (name -> shape of every parameter) and ``"buffer_names"``.
+    ``strict_state``: by default a persistent buffer that the answer registers on its
+    own (a constant, a cached ``arange``) and that ``state_dict`` does not name keeps
+    its value, because contracts fix parameters, not buffers; a missing parameter or
+    an unexpected key still fails as ``load_state_dict`` says. ``True`` loads the
+    state dict exactly, for contracts that say which buffers may be persistent.
     """
 
     args: tuple = ()
@@ -51,6 +56,7 @@ class Call:
     method: Optional[str] = None
     grads_of: tuple = ()
     report: tuple = ()
+    strict_state: bool = False
 
 
 @dataclass

@@ -352,7 +352,7 @@ def _attn_state(g, d_in, d_out, bias=False):
 def _attn_full_calls(seed):
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 3, 6
-    return [Call(init_args=(d_in, d_out, ctx, 0.5), init_seed=seed, state_dict=_attn_state(g, d_in, d_out),
+    return [Call(init_args=(d_in, d_out, ctx, 0.5), init_seed=seed, strict_state=True, state_dict=_attn_state(g, d_in, d_out),
                  train=False, call_seed=seed, args=(torch.randn(2, ctx, d_in, generator=g),),
                  report=("param_shapes", "buffer_names"))]
 
@@ -361,7 +361,7 @@ def _attn_short_calls(seed):
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 2, 8
     state = _attn_state(g, d_in, d_out)
-    return [Call(init_args=(d_in, d_out, ctx, 0.0), init_seed=seed, state_dict=state, train=False,
+    return [Call(init_args=(d_in, d_out, ctx, 0.0), init_seed=seed, strict_state=True, state_dict=state, train=False,
                  call_seed=seed, args=(torch.randn(3, n, d_in, generator=g),)) for n in (5, 1)]
 
 
@@ -373,7 +373,7 @@ def _attn_future_calls(seed):
     x = torch.randn(2, ctx, d_in, generator=g)
     changed = x.clone()
     changed[:, 3:] = torch.randn(2, ctx - 3, d_in, generator=g) * 3.0
-    return [Call(init_args=(d_in, d_out, ctx, 0.1), init_seed=seed, state_dict=state, train=False,
+    return [Call(init_args=(d_in, d_out, ctx, 0.1), init_seed=seed, strict_state=True, state_dict=state, train=False,
                  call_seed=seed, args=(inp,)) for inp in (x, changed)]
 
 
@@ -402,7 +402,7 @@ _DRAW_SEEDS = range(300, 340)  # 40 training-mode draws
 
 def _attn_draws(d_in, d_out, ctx, p, state, x, bias=False):
     def make(train, call_seed, dropout=p):
-        return Call(init_args=(d_in, d_out, ctx, dropout), init_kwargs={"qkv_bias": bias}, init_seed=0,
+        return Call(init_args=(d_in, d_out, ctx, dropout), init_kwargs={"qkv_bias": bias}, init_seed=0, strict_state=True,
                     state_dict=state, train=train, call_seed=call_seed, args=(x,))
     return draw_calls(make, _DRAW_SEEDS, p, p0_call=make(True, 7, dropout=0.0))
 
@@ -441,7 +441,7 @@ _compare_attn_dropout_rows = dropout_compare(
 
 def _attn_too_long_calls(seed):
     g = torch.Generator().manual_seed(seed)
-    return [Call(init_args=(3, 2, 4, 0.0), init_seed=seed, state_dict=_attn_state(g, 3, 2), train=False,
+    return [Call(init_args=(3, 2, 4, 0.0), init_seed=seed, strict_state=True, state_dict=_attn_state(g, 3, 2), train=False,
                  call_seed=seed, args=(torch.randn(1, 6, 3, generator=g),))]
 
 
@@ -450,7 +450,7 @@ def _attn_hidden_calls(seed):
     d_in, d_out = (int(v) for v in torch.randint(2, 7, (2,), generator=g))
     ctx = int(torch.randint(5, 12, (), generator=g))
     n = int(torch.randint(2, ctx + 1, (), generator=g))
-    return [Call(init_args=(d_in, d_out, ctx, 0.3), init_kwargs={"qkv_bias": True}, init_seed=seed,
+    return [Call(init_args=(d_in, d_out, ctx, 0.3), init_kwargs={"qkv_bias": True}, init_seed=seed, strict_state=True,
                  state_dict=_attn_state(g, d_in, d_out, bias=True), train=False, call_seed=seed,
                  args=(torch.randn(3, n, d_in, generator=g),), grads_of=(0,),
                  report=("param_shapes", "buffer_names"))]

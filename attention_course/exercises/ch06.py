@@ -375,7 +375,7 @@ def _mha_state(g, d_in, d_out, bias=False):
 def _mha_main_calls(seed):
     g = _gen(seed)
     d_in, d_out, ctx, heads = 4, 6, 5, 3
-    return [Call(init_args=(d_in, d_out, ctx, 0.5, heads), init_seed=seed, state_dict=_mha_state(g, d_in, d_out),
+    return [Call(init_args=(d_in, d_out, ctx, 0.5, heads), init_seed=seed, strict_state=True, state_dict=_mha_state(g, d_in, d_out),
                  train=False, args=(torch.randn(2, ctx, d_in, generator=g),),
                  report=("param_shapes", "buffer_names"))]
 
@@ -384,13 +384,13 @@ def _mha_short_calls(seed):
     g = _gen(seed)
     d_in, d_out, ctx, heads = 5, 8, 8, 4
     state = _mha_state(g, d_in, d_out)
-    return [Call(init_args=(d_in, d_out, ctx, 0.0, heads), init_seed=seed, state_dict=state, train=False,
+    return [Call(init_args=(d_in, d_out, ctx, 0.0, heads), init_seed=seed, strict_state=True, state_dict=state, train=False,
                  args=(torch.randn(2, n, d_in, generator=g),)) for n in (3, 1)]
 
 
 def _mha_draws(d_in, d_out, ctx, p, heads, state, x, bias=False):
     def make(train, call_seed, dropout=p):
-        return Call(init_args=(d_in, d_out, ctx, dropout, heads), init_kwargs={"qkv_bias": bias}, init_seed=0,
+        return Call(init_args=(d_in, d_out, ctx, dropout, heads), init_kwargs={"qkv_bias": bias}, init_seed=0, strict_state=True,
                     state_dict=state, train=train, call_seed=call_seed, args=(x,))
     return draw_calls(make, range(400, 440), p, p0_call=make(True, 7, dropout=0.0))
 
@@ -416,12 +416,12 @@ _compare_mha_dropout = dropout_compare(p_of=lambda call: call.init_args[3], is_t
 
 def _mha_indivisible_calls(seed):
     g = _gen(seed)
-    return [Call(init_args=(4, 10, 6, 0.0, 4), init_seed=seed, args=(torch.randn(1, 3, 4, generator=g),))]
+    return [Call(init_args=(4, 10, 6, 0.0, 4), init_seed=seed, strict_state=True, args=(torch.randn(1, 3, 4, generator=g),))]
 
 
 def _mha_too_long_calls(seed):
     g = _gen(seed)
-    return [Call(init_args=(3, 4, 4, 0.0, 2), init_seed=seed, state_dict=_mha_state(g, 3, 4), train=False,
+    return [Call(init_args=(3, 4, 4, 0.0, 2), init_seed=seed, strict_state=True, state_dict=_mha_state(g, 3, 4), train=False,
                  args=(torch.randn(1, 6, 3, generator=g),))]
 
 
@@ -431,7 +431,7 @@ def _mha_hidden_calls(seed):
     d_in, d_out = _randint(g, 2, 6), heads * head_dim
     ctx = _randint(g, 4, 9)
     n = _randint(g, 2, ctx)
-    return [Call(init_args=(d_in, d_out, ctx, 0.3, heads), init_kwargs={"qkv_bias": True}, init_seed=seed,
+    return [Call(init_args=(d_in, d_out, ctx, 0.3, heads), init_kwargs={"qkv_bias": True}, init_seed=seed, strict_state=True,
                  state_dict=_mha_state(g, d_in, d_out, bias=True), train=False,
                  args=(torch.randn(3, n, d_in, generator=g),), grads_of=(0,),
                  report=("param_shapes", "buffer_names"))]
@@ -441,7 +441,7 @@ def _mha_hidden_bad_calls(seed):
     g = _gen(seed)
     heads = _randint(g, 3, 5)
     d_out = heads * _randint(g, 1, 3) + _randint(g, 1, heads - 1)
-    return [Call(init_args=(3, d_out, 5, 0.0, heads), init_seed=seed, args=(torch.randn(1, 2, 3, generator=g),))]
+    return [Call(init_args=(3, d_out, 5, 0.0, heads), init_seed=seed, strict_state=True, args=(torch.randn(1, 2, 3, generator=g),))]
 
 
 def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scale_by="head_dim",

@@ -226,6 +226,29 @@ class _BStepFloat64(BahdanauDecoderStep):
         return hidden, context.to(prev_hidden.dtype), weights.to(prev_hidden.dtype)
 
 
+class _BStepOwnBuffer(nn.Module):
+    """A persistent buffer of its own (the fill value of the padded scores), F.linear with the
+    parameters' weights, the GRU cell called with keywords."""
+
+    def __init__(self, embed_size, num_hiddens):
+        super().__init__()
+        self.register_buffer("padding_score", torch.tensor(-1e30))     # persistent: in state_dict
+        self.cell = nn.GRUCell(embed_size + num_hiddens, num_hiddens)
+        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+
+    def forward(self, prev_hidden, embedded, enc_outputs, valid_lens):
+        keys = F.linear(enc_outputs, self.W_k.weight)
+        query = F.linear(prev_hidden, self.W_q.weight)[:, None, :]
+        scores = F.linear(torch.tanh(keys + query), self.w_v.weight)[..., 0]
+        valid = torch.arange(enc_outputs.shape[1])[None, :] < valid_lens[:, None]
+        weights = torch.softmax(torch.where(valid, scores, self.padding_score), dim=-1)
+        context = (weights[..., None] * enc_outputs).sum(dim=1)
+        hidden = self.cell(input=torch.cat([embedded, context], dim=-1), hx=prev_hidden)
+        return hidden, context, weights
+
+
 def _bstep_state(g, embed_size, num_hiddens):
     h = num_hiddens
     return {"W_q.weight": 0.5 * torch.randn(h, h, generator=g),
@@ -275,8 +298,8 @@ register(Exercise(
               seed=1, hint="this check compares hidden, context and weights: look at the scores, the padding, "
                            "the weighted sum and what the GRU cell receives."),
         Check("embed_size equal to num_hiddens", _bstep_same_sizes, seed=2,
-              hint="with equal sizes the embedding and the states could be confused: check which tensor "
-                   "plays which part."),
+              hint="this check uses embed_size == num_hiddens and compares hidden, context and weights; "
+                   "the reason above names the first that differs."),
         Check("random sizes, and gradients reach the inputs (hidden)", _bstep_random, public=False,
               hint="check every part of the step for any sizes; keep everything differentiable."),
     ],
@@ -304,6 +327,8 @@ register(Exercise(
         Alternative("loops", "loops over the encoder steps, the GRU update written out by hand", _BStepLoops),
         Alternative("float64 inside", "float64 scores and weights, a log-mask added to the scores",
                     _BStepFloat64),
+        Alternative("own persistent buffer", "a fill value registered as a persistent buffer (the state "
+                    "dicts of the checks do not name it), F.linear, torch.where", _BStepOwnBuffer),
     ],
 ))
 
@@ -645,7 +670,8 @@ register(Exercise(
               hint="this check compares the tokens and the weights of every step: look at what each step "
                    "is fed (token and state) and at what you record."),
         Check("a different bos token", _greedy_bos, seed=1,
-              hint="this check passes bos=4: look at how the first step's input is made."),
+              hint="this check passes bos=4 and compares the tokens and the weights of every step; the "
+                   "reason above names the first that differs."),
         Check("random sizes and bos (hidden)", _greedy_random, public=False,
               hint="check the loop for any sizes, max_len and bos."),
     ],
@@ -773,6 +799,25 @@ def _ha_bad(seed):
             Call(args=(torch.rand(0, 4, generator=g),))]
 
 
+def _ha_score_type(seed):
+    g = _gen(seed)
+    return [Call(args=(_ha_matrix(g, 4, 5, [0, 1, 1, 3]),)), Call(args=(_ha_matrix(g, 1, 3, [1]),))]
+
+
+def _score_is_float(got, want, calls):
+    for g in got:
+        if g["status"] != "ok":
+            return f"raised {g['error_type']}: {g['message'][:300]}"
+        value = g["value"]
+        items = value.get("__seq__") if isinstance(value, dict) else None
+        if not items or len(items) != 2:
+            return "the result is not a pair (positions, monotonicity)"
+        if type(items[1]) is not float:
+            kind = "a tensor" if isinstance(items[1], torch.Tensor) else type(items[1]).__name__
+            return f"monotonicity is {kind}, expected a Python float"
+    return None
+
+
 def _ha_random(seed):
     g = _gen(seed)
     num_outputs, num_inputs = _randint(g, 3, 12), _randint(g, 3, 15)
@@ -788,11 +833,15 @@ register(Exercise(
     reference=hard_alignment, points=1,
     checks=[
         Check("a mostly monotone alignment with one repeat and one step back", _ha_diagonal_ish, seed=0,
-              hint="this check compares the positions and the score on a path 0, 2, 2, 5, 3, 8: work out "
-                   "by hand which pairs count and what the fraction is."),
+              hint="this check compares the positions (an int64 tensor, one per output step) and the score "
+                   "on a path 0, 2, 2, 5, 3, 8; the reason above says which differs."),
         Check("a reordering alignment (like year-month-day from day-month-year), and a single row",
               _ha_reordering, seed=1,
-              hint="this check has a path that jumps back and a matrix with one row: look at both cases."),
+              hint="this check has a path that jumps back and a matrix with one row; the reason above says "
+                   "which result differs."),
+        Check("the score is a Python float", _ha_score_type, seed=4, compare=_score_is_float, weight=0.5,
+              hint="the contract asks for monotonicity as a Python float (also 1.0 for a single row): "
+                   "convert a tensor or a NumPy number with float(...)."),
         Check("weights that are not a non-empty 2-D tensor raise ValueError naming weights", _ha_bad,
               seed=2, must_mention=["weights"],
               hint="3-D, 1-D and empty inputs must raise ValueError whose message names weights."),
@@ -1033,8 +1082,8 @@ register(Exercise(
               hint="without padding the output is the plain bidirectional GRU's: check the order of the "
                    "two halves and the positions of the backward states."),
         Check("every sequence shorter than the padded width (lengths 2 and 3 of 5)", _bi_all_short, seed=3,
-              hint="this check's batch is wider than its longest sequence: look at the shape of the output "
-                   "and at the positions past every length."),
+              hint="this check's batch is wider than its longest sequence; the output keeps num_steps "
+                   "positions. The reason above says what differs first."),
         Check("a length of 0 or above num_steps raises ValueError naming src_lens", _bi_bad, seed=2,
               must_mention=["src_lens"], weight=0.5,
               hint="lengths 0 and num_steps + 1 must raise ValueError whose message names src_lens."),
