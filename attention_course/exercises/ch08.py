@@ -1479,7 +1479,8 @@ def _entropy_main_calls(seed):
 def _entropy_uneven_calls(seed):
     g = _gen(seed)
     w = _entropy_weights(g, 3, 2, 5, 4, torch.tensor([4, 4, 2]), sharp=1.0)
-    return [Call(args=(w, torch.tensor([5, 1, 3])))]
+    lens = torch.tensor([5, 1, 3])
+    return [Call(args=(w, lens)), Call(args=(w.double(), lens))]       # the result keeps the dtype
 
 
 def _entropy_bad_calls(seed):
@@ -1503,7 +1504,8 @@ register(Exercise(
     reference=head_entropy, points=2,
     checks=[
         Check("2 sequences, 3 heads, padded keys and a one-hot row", _entropy_main_calls, hint=_ENTROPY_HINT),
-        Check("3 sequences with 5, 1 and 3 valid query rows", _entropy_uneven_calls, hint=_ENTROPY_HINT),
+        Check("3 sequences with 5, 1 and 3 valid query rows, in float32 and in float64", _entropy_uneven_calls,
+              hint=_ENTROPY_HINT),
         Check("tgt_lens of the wrong shape raises ValueError naming it and its shape", _entropy_bad_calls,
               must_mention=lambda call: ["tgt_lens", tuple(call.args[1].shape)],
               hint="compare tgt_lens.shape with (batch,) first; name tgt_lens and its shape.", weight=0.5),
