@@ -125,6 +125,7 @@ def compare_values(got: Any, want: Any, rtol: float, atol: float, where: str = "
 
 _SHAPE_TEXT = re.compile(r"^\s*[\(\[]\s*(\d+\s*(,\s*\d+\s*)*,?)?\s*[\)\]]\s*$")
 _TIMES = re.compile(r"(?<=\d)\s*[x\u00d7*]\s*(?=\d)")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NUMBER = re.compile(r"(?<![A-Za-z_\d.])\d+(?![\d.])")
 
 
@@ -141,7 +142,8 @@ def _as_shape(word: Any) -> Optional[tuple]:
 def mentions(message: str, word: Any) -> bool:
     """Does an error message mention ``word``?
 
-    A word must appear as written. A shape (a tuple of ints, or text such as
+    A name (an identifier such as ``x`` or ``valid_lens``) must appear as a whole word,
+    alone or in the plural; other text must appear as written. A shape (a tuple of ints, or text such as
     ``"(2, 3, 4)"``) is mentioned when its numbers appear in order, one after the
     other, in any usual printed form: ``(2, 3, 4)``, ``torch.Size([2, 3, 4])``,
     ``[2, 3, 4]``, ``2x3x4``, ``(batch=2, num_queries=3, d=4)``. The message names
@@ -149,7 +151,11 @@ def mentions(message: str, word: Any) -> bool:
     """
     shape = _as_shape(word)
     if shape is None:
-        return str(word) in message
+        text = str(word)
+        if _IDENTIFIER.match(text):
+            # A name counts as a whole word (a plural too): the "x" in "expected" is no mention of x.
+            return re.search(rf"(?<![A-Za-z0-9_]){re.escape(text)}s?(?![A-Za-z0-9_])", message) is not None
+        return text in message
     if not shape:
         return any(form in message for form in ("()", "[]", "Size([])", "scalar", "0-d", "0-dim"))
     k = len(shape)

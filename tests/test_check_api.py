@@ -165,6 +165,19 @@ def test_a_shape_is_not_mentioned_by_other_numbers(message, shape):
     assert not mentions(message, shape)
 
 
+@pytest.mark.parametrize("message,word,named", [
+    ("expected a 3-D tensor, got shape (3, 6)", "x", False),   # the x of "expected" is no mention
+    ("x must be 3-D, got (3, 6)", "x", True),
+    ("x.shape is (3, 6)", "x", True),
+    ("got queries_per_head=3", "queries", False),
+    ("valid_lens must be positive", "valid_lens", True),
+    ("all widths must be positive", "width", True),            # the plural names it too
+    ("p=0.50 must lie in [0, 1)", "0.5", True),                # not a name: as written
+])
+def test_a_name_is_mentioned_as_a_whole_word(message, word, named):
+    assert mentions(message, word) is named
+
+
 def test_a_torch_size_message_passes_a_shape_check(demo, capsys):
     def pool(weights, values):
         if weights.shape[-1] != values.shape[-2]:
