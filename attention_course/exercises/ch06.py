@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checking import compare_outcome, mentions
 from ..dropout_checks import draw_calls, dropout_compare
 from ..registry import Alternative, Call, Check, Exercise, Mistake, register
 
@@ -266,7 +267,8 @@ def _merge_unchecked(x):
     return x.transpose(1, 2).reshape(batch, num_tokens, num_heads * head_dim)
 
 
-_MERGE_HINT = ("this check compares the merged tensor with the contract's layout: head h's features land in "
+_MERGE_HINT = ("this check compares the merged tensor with the contract: its dtype (that of x), its shape "
+               "(batch, num_tokens, num_heads * head_dim), then its values: head h's features land in "
                "columns h * head_dim ... (h + 1) * head_dim - 1 of each token, tokens in their order.")
 
 
@@ -318,6 +320,10 @@ register(Exercise(
                 "unpacking x.shape into four names fails with a message that names neither x nor its "
                 "shape; test x.dim() first and raise your own ValueError.",
                 _merge_unchecked),
+        Mistake("result in float64",
+                "your values are right but the result is float64: it must have the dtype of x (float32 "
+                "here); compute in float64 if you like, then cast back with .to(x.dtype).",
+                _merge_checked(lambda x, b, h, t, hd: x.double().transpose(1, 2).reshape(b, t, h * hd))),
     ],
     alternatives=[
         Alternative("heads concatenated", "torch.cat of x.unbind(1) along the features", _merge_alt_cat),
@@ -414,6 +420,97 @@ def _mha_train_hidden_calls(seed):
 _compare_mha_dropout = dropout_compare(p_of=lambda call: call.init_args[3], is_train=lambda call: call.train)
 
 
+# Where the dropout acts. With W_value's weight 0 and its bias v, every value vector is v; with
+# out_proj's bias 0, out_proj's input is recovered from the output through out_proj's weight
+# (orthogonal here, so exactly). Dropout on the attention weights only rescales a query's weights,
+# so head h's share of out_proj's input is one factor times v_h, in every draw. Dropout on
+# out_proj's output zeroes single output entries; on the merged heads, single features of
+# out_proj's input; on the values, it makes the features of one head differ in scale.
+_PLACEMENT_P, _PLACEMENT_HEADS, _PLACEMENT_HEAD_DIM, _PLACEMENT_CTX = 0.3, 2, 3, 6
+
+
+def _mha_placement_calls(seed):
+    g = _gen(seed)
+    d_in, heads, ctx = 3, _PLACEMENT_HEADS, _PLACEMENT_CTX
+    d_out = heads * _PLACEMENT_HEAD_DIM
+    state = _mha_state(g, d_in, d_out, bias=True)
+    sign = torch.where(torch.rand(d_out, generator=g) < 0.5, -1.0, 1.0)
+    state["W_value.weight"] = torch.zeros(d_out, d_in)
+    state["W_value.bias"] = sign * (0.5 + torch.rand(d_out, generator=g))      # |v_i| >= 0.5
+    state["out_proj.weight"] = torch.linalg.qr(torch.randn(d_out, d_out, generator=g, dtype=torch.float64))[0].float()
+    state["out_proj.bias"] = torch.zeros(d_out)
+    return _mha_draws(d_in, d_out, ctx, _PLACEMENT_P, heads, state, torch.randn(2, ctx, d_in, generator=g),
+                      bias=True)
+
+
+def _placement(draws, call):
+    """How the training-mode draws of one answer vary: 'weights' (head h's share of out_proj's
+    input is a multiple of v_h in every draw), 'output' (single output entries are 0),
+    'merged' (single features of out_proj's input are 0) or 'other'; with the numbers seen."""
+    p, heads = call.init_args[3], call.init_args[4]
+    w_o, v = call.state_dict["out_proj.weight"].double(), call.state_dict["W_value.bias"].double()
+    out = torch.stack([d.double() for d in draws])                      # (K, batch, tokens, d_out)
+    merged = out @ torch.linalg.inv(w_o).T                              # out = merged @ w_o.T
+    hd = v.numel() // heads
+    blocks, vs = merged.unflatten(-1, (heads, hd)), v.view(heads, hd)
+    coef = (blocks * vs).sum(-1, keepdim=True) / (vs * vs).sum(-1, keepdim=True)
+    off = (blocks - coef * vs).abs().amax(-1)                           # (K, batch, tokens, heads)
+    bad_rows = (off > 1e-4 * (merged.abs().max().item() + 1.0)).any(-1)
+    # Zeros among rows (of the output) or head blocks (of out_proj's input) that are not all zero:
+    # a query whose weights are all dropped gives a zero row, which is correct.
+    tiny = 1e-5 * (out.abs().max().item() + 1.0)
+    out_zero = out.abs() <= tiny
+    live_rows = ~out_zero.all(-1, keepdim=True)
+    out_frac = float((out_zero & live_rows).sum()) / max(int(live_rows.sum()) * out.shape[-1], 1)
+    blk_zero = blocks.abs() <= tiny
+    live_blk = ~blk_zero.all(-1, keepdim=True)
+    blk_frac = float((blk_zero & live_blk).sum()) / max(int(live_blk.sum()) * hd, 1)
+    if not bool(bad_rows.any()):
+        kind = "weights"
+    elif out_frac > p / 2:
+        kind = "output"
+    elif blk_frac > p / 2:
+        kind = "merged"
+    else:
+        kind = "other"
+    return {"kind": kind, "bad_draws": int(bad_rows.flatten(1).any(1).sum()), "k": len(draws),
+            "out_frac": out_frac, "blk_frac": blk_frac}
+
+
+def _placement_text(st):
+    if st["kind"] == "weights":
+        return "in every draw"
+    text = f"not in {st['bad_draws']} of {st['k']} draws"
+    if st["kind"] == "output":
+        text += f"; a fraction {st['out_frac']:.2f} of the output entries (in rows not all 0) is exactly 0"
+    elif st["kind"] == "merged":
+        text += (f"; a fraction {st['blk_frac']:.2f} of the features of out_proj's input (in head blocks "
+                 f"not all 0) is exactly 0")
+    else:
+        text += "; no single output entry or feature of out_proj's input is zeroed"
+    return text
+
+
+def _compare_mha_placement(got, want, calls):
+    draws = [i for i, c in enumerate(calls) if c.train and c.init_args[3] > 0]
+    rest = [i for i in range(len(calls)) if i not in draws]
+    # Errors, and eval mode (or dropout=0) differing from the reference, are reported as usual.
+    if _compare_mha_dropout([got[i] for i in rest], [want[i] for i in rest], [calls[i] for i in rest]) \
+            or any(o["status"] != "ok" or not isinstance(o["value"], torch.Tensor) for o in got + want) \
+            or any(g["value"].shape != w["value"].shape or g["value"].dtype != w["value"].dtype
+                   for g, w in zip(got, want)):
+        return _compare_mha_dropout(got, want, calls)
+    call = calls[draws[0]]
+    sg = _placement([got[i]["value"] for i in draws], call)
+    sw = _placement([want[i]["value"] for i in draws], call)
+    if sg["kind"] != sw["kind"]:
+        return (f"with every value vector equal to one vector v and out_proj's bias 0, out_proj's input "
+                f"(recovered through out_proj's weight) should, for every query and head h, be one factor "
+                f"times v's share of head h in training mode ({_placement_text(sw)}); yours is "
+                f"{_placement_text(sg)} (p={call.init_args[3]})")
+    return _compare_mha_dropout(got, want, calls)
+
+
 def _mha_indivisible_calls(seed):
     g = _gen(seed)
     return [Call(init_args=(4, 10, 6, 0.0, 4), init_seed=seed, strict_state=True, args=(torch.randn(1, 3, 4, generator=g),))]
@@ -445,7 +542,7 @@ def _mha_hidden_bad_calls(seed):
 
 
 def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scale_by="head_dim",
-                 use_out_proj=True, divisibility_check=True, persistent_float_mask=False):
+                 use_out_proj=True, divisibility_check=True, persistent_float_mask=False, dropout_on="weights"):
     """A MultiHeadAttention that is wrong in exactly the way switched on."""
 
     class Variant(nn.Module):
@@ -479,16 +576,22 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
                 return t.reshape(b, n, h, hd).transpose(1, 2)
 
             q, k, v = to_heads(self.W_query(x)), to_heads(self.W_key(x)), to_heads(self.W_value(x))
+            if dropout_on == "values":
+                v = self.dropout(v)
             scale = math.sqrt(hd if scale_by == "head_dim" else self.d_out)
             scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask.bool()[:n, :n], float("-inf"))
-            ctx = self.dropout(torch.softmax(scores, dim=-1)) @ v
+            weights = torch.softmax(scores, dim=-1)
+            ctx = (self.dropout(weights) if dropout_on == "weights" else weights) @ v
             if split == "no transpose":
                 ctx = ctx.reshape(b, n, h * hd)
             elif merge == "interleaved":
                 ctx = ctx.permute(0, 2, 3, 1).reshape(b, n, h * hd)
             else:
                 ctx = ctx.transpose(1, 2).reshape(b, n, h * hd)
-            return self.out_proj(ctx) if use_out_proj else ctx
+            if dropout_on == "merged":
+                ctx = self.dropout(ctx)
+            out = self.out_proj(ctx) if use_out_proj else ctx
+            return self.dropout(out) if dropout_on == "output" else out
 
     # Named like the answer's class: load_state_dict's errors quote the class name.
     Variant.__name__ = Variant.__qualname__ = "MultiHeadAttention"
@@ -590,6 +693,18 @@ _MHA_HINT = ("this check loads given weights by name (load_state_dict), lists pa
              "names, and compares the eval-mode output: compare each step (projections, split, per-head "
              "scaled scores, causal mask, softmax, merge, out_proj) and the names with the contract.")
 
+_MHA_DRAWS_HINT = ("this check first compares eval mode (two calls) and training mode with dropout=0 with the "
+                   "contract's output, then 40 training-mode outputs, each with its own seed: their mean must "
+                   "approach the eval-mode output and their summed variance must be within a factor 2 of that "
+                   "of dropout with probability p on the attention weights.")
+
+_MHA_PLACEMENT_HINT = ("this check first compares eval mode and dropout=0 with the contract's output, with every "
+                       "value vector set to one vector v (W_value's weight 0, its bias v) and out_proj's bias "
+                       "0; then 40 training-mode draws. Dropout on the attention weights only rescales each "
+                       "query's weights, so in every draw head h's share of out_proj's input is one number "
+                       "times v's share of head h; the check recovers out_proj's input from the output "
+                       "through out_proj's weight and tests that, then the mean and spread of the draws.")
+
 register(Exercise(
     label="ch06_ex3", title="The efficient multi-head attention layer", name="MultiHeadAttention",
     reference=MultiHeadAttention, points=3, kind="class",
@@ -599,10 +714,9 @@ register(Exercise(
         Check("4 heads of 2 on inputs shorter than context_length (3 and 1 of 8 tokens)", _mha_short_calls,
               hint="this check passes sequences shorter than context_length, with given weights."),
         Check("training mode, dropout=0.25: 40 seeded draws against eval mode (and dropout=0)", _mha_train_calls,
-              compare=_compare_mha_dropout,
-              hint="this check compares 40 training-mode outputs (each with its own seed) with eval mode: "
-                   "their mean must approach the eval output, their spread must be that of dropout with "
-                   "probability p on the attention weights, and dropout=0 must change nothing."),
+              compare=_compare_mha_dropout, hint=_MHA_DRAWS_HINT),
+        Check("training mode, dropout=0.3, every value vector equal: where the dropout acts (40 draws)",
+              _mha_placement_calls, compare=_compare_mha_placement, hint=_MHA_PLACEMENT_HINT),
         Check("d_out=10 with num_heads=4 raises ValueError naming d_out and num_heads and their values",
               _mha_indivisible_calls, must_mention=_mention_sizes(), weight=0.2,
               hint="check d_out % num_heads in __init__ and give d_out, num_heads and their values in the "
@@ -614,7 +728,9 @@ register(Exercise(
         Check("random sizes with qkv_bias=True, and gradients (hidden)", _mha_hidden_calls, public=False,
               hint=_MHA_HINT),
         Check("training mode, random sizes and p (hidden)", _mha_train_hidden_calls, public=False,
-              compare=_compare_mha_dropout, hint="this check repeats the 40-draw comparison with other sizes."),
+              compare=_compare_mha_dropout, hint=_MHA_DRAWS_HINT),
+        Check("training mode, every value vector equal, other weights (hidden)", _mha_placement_calls,
+              public=False, compare=_compare_mha_placement, hint=_MHA_PLACEMENT_HINT),
         Check("another indivisible d_out (hidden)", _mha_hidden_bad_calls, public=False,
               must_mention=_mention_sizes(), weight=0.2,
               hint="check d_out % num_heads in __init__ and give d_out, num_heads and their values in the "
@@ -650,6 +766,22 @@ register(Exercise(
                 "fails (\"Missing key(s) ... mask\"); it is rebuilt from context_length, so register it with "
                 "persistent=False.",
                 _mha_variant(persistent_float_mask=True)),
+        Mistake("dropout on out_proj's output",
+                "in training mode single entries of your layer's output are exactly 0, as when the dropout "
+                "is applied to the output of out_proj; the contract drops attention weights: apply the "
+                "dropout once to the softmax weights, before they weight the values.",
+                _mha_variant(dropout_on="output")),
+        Mistake("dropout on the merged heads",
+                "in training mode single features of out_proj's input are exactly 0, as when the dropout "
+                "is applied to the merged heads (or to the context vectors); the contract drops attention "
+                "weights: apply the dropout once to the softmax weights, before they weight the values.",
+                _mha_variant(dropout_on="merged")),
+        Mistake("dropout on the values",
+                "in training mode the features of one head are rescaled by different amounts, with no "
+                "single output entry zeroed, as when the dropout is applied to the value vectors; the "
+                "contract drops attention weights: apply the dropout once to the softmax weights, before "
+                "they weight the values.",
+                _mha_variant(dropout_on="values")),
     ],
     alternatives=[
         Alternative("LLMs-from-scratch's layout", "float triu mask (non-persistent), masked_fill_ with "
@@ -709,9 +841,40 @@ def _fuse_checked(body):
     return impl
 
 
-_FUSE_HINT = ("this check compares the fused weight with the contract's row order: rows 0 ... d_out - 1 "
-              "are the query projection (head h owns rows h * head_dim ... (h + 1) * head_dim - 1), then "
-              "the keys, then the values; shape (3 * d_out, d_in).")
+_FUSE_HINT = ("this check compares the fused weight with the contract: its dtype (that of the arguments), "
+              "its shape (3 * d_out, d_in), then its rows: rows 0 ... d_out - 1 are the query projection "
+              "(head h owns rows h * head_dim ... (h + 1) * head_dim - 1), then the keys, then the values.")
+
+
+def _fuse_faulty(call):
+    """The arguments a ValueError message may name: those that are not 3-D; if all three are 3-D,
+    the one whose shape the other two do not share (any of them when all three differ)."""
+    names = ("query_weights", "key_weights", "value_weights")
+    shapes = [tuple(w.shape) for w in call.args]
+    not_3d = [n for n, sh in zip(names, shapes) if len(sh) != 3]
+    if not_3d:
+        return not_3d
+    odd = [n for n, sh in zip(names, shapes) if shapes.count(sh) == 1]
+    return odd if len(odd) < 3 else list(names)
+
+
+_FUSE_PLAIN = Check("fuse errors", lambda seed: [], hint="")
+
+
+def _compare_fuse_errors(got, want, calls):
+    for i, (g, w, c) in enumerate(zip(got, want, calls)):
+        where = f"call {i + 1} of {len(calls)}"
+        reason = compare_outcome(g, w, _FUSE_PLAIN, c)
+        if reason:
+            return f"{where}: {reason}"
+        if w["status"] == "raised":
+            faulty = _fuse_faulty(c)
+            if not any(mentions(g.get("message", ""), name) for name in faulty):
+                shapes = ", ".join(f"{n} {tuple(a.shape)}" for n, a in
+                                   zip(("query_weights", "key_weights", "value_weights"), c.args))
+                return (f"{where} ({shapes}): the ValueError message should name "
+                        f"{' or '.join(repr(n) for n in faulty)}")
+    return None
 
 
 def _fuse_validate(query_weights, key_weights, value_weights):
@@ -746,10 +909,12 @@ register(Exercise(
     reference=fuse_head_weights, points=1,
     checks=[
         Check("3 heads of size 2 from d_in=4", _fuse_main_calls, hint=_FUSE_HINT),
-        Check("mismatched or non-3-D shapes raise ValueError naming all three arguments", _fuse_bad_calls,
-              must_mention=["query_weights", "key_weights", "value_weights"], weight=0.4,
-              hint="compare the three shapes (and that each is 3-D) before stacking, and name the three "
-                   "arguments in the message."),
+        Check("mismatched or non-3-D shapes raise ValueError naming a faulty argument", _fuse_bad_calls,
+              compare=_compare_fuse_errors, weight=0.4,
+              hint="this check passes a value_weights of another shape, a key_weights of another shape, and "
+                   "three 2-D weights: each must raise ValueError before stacking, and the message must name "
+                   "an argument that is not 3-D, or the one whose shape differs from the other two (naming "
+                   "all three is fine)."),
         Check("random sizes, and a single head (hidden)", _fuse_hidden_calls, public=False, hint=_FUSE_HINT),
     ],
     mistakes=[
@@ -767,9 +932,13 @@ register(Exercise(
                 "(3 * num_heads * head_dim, d_in), not its transpose.",
                 _fuse_checked(lambda q, k, v: torch.cat([w.reshape(-1, w.shape[-1]) for w in (q, k, v)]).T)),
         Mistake("no shape check",
-                "weights of different shapes must raise ValueError naming query_weights, key_weights and "
-                "value_weights, not be stacked anyway or fail with an unclear error.",
+                "weights of different shapes must raise ValueError naming the faulty argument, not be "
+                "stacked anyway or fail with an unclear error.",
                 lambda q, k, v: torch.cat([w.reshape(-1, w.shape[-1]) for w in (q, k, v)])),
+        Mistake("result in float64",
+                "your rows are in the right order but the result is float64: it must have the dtype of "
+                "the arguments (float32 here); compute in float64 if you like, then cast back.",
+                _fuse_checked(lambda q, k, v: torch.cat([w.double().reshape(-1, w.shape[-1]) for w in (q, k, v)]))),
     ],
     alternatives=[
         Alternative("flatten and cat", "w.flatten(0, 1) for each, torch.cat", _fuse_alt_flatten),
@@ -864,8 +1033,17 @@ def _pm_no_check(queries, keys, values, mask):
     return weights @ values, weights
 
 
-_PM_HINT = ("this check compares output and weights for per-head masks: look at the scaling (head_dim), "
-            "where each head's mask is applied and which keys it hides.")
+def _pm_values_scaled(queries, keys, values, mask):
+    expected = (queries.shape[1], queries.shape[2], keys.shape[2])
+    if tuple(mask.shape) != expected:
+        raise ValueError(f"mask must have shape {expected}, got mask of shape {tuple(mask.shape)}")
+    weights = _pm_reference_weights(queries @ keys.transpose(-2, -1), values.shape[-1], mask)
+    return weights @ values, weights
+
+
+_PM_HINT = ("this check compares the tuple (output, weights) with the contract: both in the dtype of the "
+            "inputs; weights = softmax over the keys of the scores divided by sqrt(head_dim), head h hiding "
+            "the keys that mask[h] marks True before the softmax; output = weights @ values.")
 
 
 def _pm_validate(queries, keys, mask):
@@ -921,7 +1099,10 @@ register(Exercise(
         Check("2 heads: one causal, one that sees only the current and the previous token", _pm_main_calls,
               hint=_PM_HINT),
         Check("queries that see no key get all-zero weights and a zero output", _pm_empty_rows_calls,
-              hint="a query whose keys are all hidden must get weights of exactly 0 (not NaN, not uniform)."),
+              hint="this check uses masks under which some queries of some heads see no key: those queries "
+                   "must get all-zero weights and a zero output (not NaN, not uniform weights); every other "
+                   "query is compared as in the first check (a tuple (output, weights) in the inputs' dtype, "
+                   "scores divided by sqrt(head_dim), its own head's mask)."),
         Check("a mask of the wrong shape raises ValueError naming mask and its shape", _pm_bad_calls,
               must_mention=lambda call: ["mask", tuple(call.args[3].shape)], weight=0.5,
               hint="compare mask.shape with (num_heads, num_queries, num_keys) before using it, and put mask "
@@ -948,6 +1129,22 @@ register(Exercise(
         Mistake("scores not scaled",
                 "divide the scores by the square root of head_dim (the last size of queries).",
                 _pm_checked(lambda s, d, m: torch.softmax(s.masked_fill(m, float("-inf")), -1).masked_fill(m, 0.0))),
+        Mistake("scaled by sqrt(d_v)",
+                "you divided the scores by the square root of the values' size d_v; divide by the square "
+                "root of head_dim, the size the queries and keys share (the last size of queries).",
+                _pm_values_scaled),
+        Mistake("head 0's mask for every head",
+                "every head used the mask of head 0; head h must hide the keys that mask[h] marks, so index "
+                "the mask per head (or broadcast the whole (num_heads, num_queries, num_keys) mask).",
+                _pm_checked(lambda s, d, m: _pm_reference_weights(s, d, m[:1].expand_as(m)))),
+        Mistake("a list instead of a tuple",
+                "your output and weights are right but returned as a list; return the tuple "
+                "(output, weights).",
+                lambda q, k, v, m: list(per_head_masked_attention(q, k, v, m))),
+        Mistake("results in float64",
+                "your output and weights are right but float64: both must have the dtype of the inputs "
+                "(float32 here); compute in float64 if you like, then cast back.",
+                lambda q, k, v, m: tuple(t.double() for t in per_head_masked_attention(q, k, v, m))),
         Mistake("no mask shape check",
                 "a mask that is not (num_heads, num_queries, num_keys) must raise ValueError naming mask and "
                 "its shape; a (num_queries, num_keys) mask would otherwise be broadcast silently.",

@@ -1,0 +1,331 @@
+"""Issue 10, the findings of the independent chapter-6 solver "b".
+
+Every answer below is written here by hand, the way a student would (none imports a kept
+mistake or the solver's files):
+
+* dropout in the wrong place (on out_proj's output, on the merged heads, on the values) was
+  accepted by every check of ch06_ex3; it now fails the check that sets every value vector
+  equal, with a hint that says what the answer did;
+* the causal-mask buffer's layout is not observable, and the contract now says so: an
+  Annotated-Transformer buffer (True = may attend) and a (1, 1, ctx, ctx) buffer pass;
+* a float64 result (ex2, ex4, ex5) and a list instead of a tuple (ex5) are named as such,
+  not blamed on the layout, the scaling or the empty rows;
+* ex4's error message must name a faulty argument (as the contract says), not all three;
+* ex5 answers with another mistake than the empty rows no longer get the empty-row hint;
+* the dropout check's hint no longer talks about dropout first when eval mode is wrong.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attention_course.checking import outcomes_for, compare_all, run_checks
+from attention_course.exercises import ch06
+from attention_course.registry import get_exercise
+
+SEEDS = (11, 2026, 7)
+
+
+def _failures(label, obj, hidden_seed=None):
+    results = run_checks(label, obj) if hidden_seed is None else \
+        run_checks(label, obj, hidden=True, seed=hidden_seed)
+    return [r for r in results if not r.passed]
+
+
+def _passes_everywhere(label, obj):
+    assert not _failures(label, obj), [r.line() for r in _failures(label, obj)]
+    for seed in SEEDS:
+        bad = _failures(label, obj, seed)
+        assert not bad, (seed, [r.line() for r in bad])
+
+
+def _hint_of(label, mistake_name):
+    return next(m.hint for m in get_exercise(label).mistakes if m.name == mistake_name)
+
+
+# ------------------------------------------------------------------ ch06_ex3: dropout placement
+
+def _student_mha(where):
+    class MultiHeadAttention(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__()
+            if d_out % num_heads:
+                raise ValueError(f"d_out={d_out} is not divisible by num_heads={num_heads}")
+            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+            self.out_proj = nn.Linear(d_out, d_out)
+            self.drop = nn.Dropout(dropout)
+            future = torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), 1)
+            self.register_buffer("mask", future, persistent=False)
+            self.h = num_heads
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            if t > self.mask.shape[0]:
+                raise ValueError(f"num_tokens={t} > context_length={self.mask.shape[0]}")
+            heads = [lin(x).view(b, t, self.h, -1).permute(0, 2, 1, 3)
+                     for lin in (self.W_query, self.W_key, self.W_value)]
+            q, k, v = heads
+            if where == "values":
+                v = self.drop(v)
+            s = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+            a = s.masked_fill(self.mask[:t, :t], float("-inf")).softmax(dim=-1)
+            if where == "weights":
+                a = self.drop(a)
+            ctx = torch.einsum("bhqk,bhkd->bqhd", a, v).reshape(b, t, -1)
+            if where == "merged":
+                ctx = self.drop(ctx)
+            y = self.out_proj(ctx)
+            return self.drop(y) if where == "output" else y
+    return MultiHeadAttention
+
+
+_PLACEMENT_CHECK = "training mode, dropout=0.3, every value vector equal: where the dropout acts (40 draws)"
+
+
+def test_student_dropout_on_the_weights_passes():
+    _passes_everywhere("ch06_ex3", _student_mha("weights"))
+
+
+@pytest.mark.parametrize("where,mistake", [("output", "dropout on out_proj's output"),
+                                           ("merged", "dropout on the merged heads"),
+                                           ("values", "dropout on the values")])
+def test_dropout_in_the_wrong_place_is_caught_and_named(where, mistake):
+    failures = _failures("ch06_ex3", _student_mha(where))
+    assert _PLACEMENT_CHECK in [r.check for r in failures], [r.line() for r in failures]
+    for r in failures:
+        assert r.mistake == mistake and r.hint == _hint_of("ch06_ex3", mistake), r.line()
+    for seed in SEEDS:
+        assert _failures("ch06_ex3", _student_mha(where), seed), seed
+
+
+def test_placement_check_accepts_reference_and_alternatives_over_40_seeds():
+    """No false failure: the reference and every kept alternative, 40 seeds of the check."""
+    ex = get_exercise("ch06_ex3")
+    check = next(c for c in ex.checks if c.name == _PLACEMENT_CHECK)
+    impls = [ex.reference] + [a.impl for a in ex.alternatives] + [_student_mha("weights")]
+    for seed in range(40):
+        calls = check.make_calls(1000 + 37 * seed)
+        want = outcomes_for(ex.reference, calls, "class")
+        for impl in impls:
+            got = want if impl is ex.reference else outcomes_for(impl, calls, "class")
+            draws = [got[i]["value"] for i, c in enumerate(calls) if c.train and c.init_args[3] > 0]
+            assert ch06._placement(draws, calls[-1])["kind"] == "weights", (seed, impl)
+            reason = compare_all(got, want, check, calls)
+            assert reason is None, (seed, getattr(impl, "__name__", impl), reason)
+
+
+class _AllowedTril(nn.Module):
+    """Annotated-Transformer style: the buffer holds the positions that MAY be attended."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"d_out={d_out} must be divisible by num_heads={num_heads}")
+        self.h, self.d_k = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).tril(),
+                             persistent=False)
+
+    def forward(self, x):
+        b, t = x.shape[:2]
+        if t > self.mask.shape[-1]:
+            raise ValueError(f"num_tokens {t} > context_length {self.mask.shape[-1]}")
+        q, k, v = (lin(x).view(b, t, self.h, self.d_k).transpose(1, 2)
+                   for lin in (self.W_query, self.W_key, self.W_value))
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        p = self.dropout(s.masked_fill(self.mask[:t, :t] == 0, float("-inf")).softmax(-1))
+        return self.out_proj((p @ v).transpose(1, 2).reshape(b, t, -1))
+
+
+class _FourDimBuffer(_AllowedTril):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        self.register_buffer("mask", torch.ones(context_length, context_length).triu(1).view(
+            1, 1, context_length, context_length), persistent=False)
+
+    def forward(self, x):
+        b, t = x.shape[:2]
+        if t > self.mask.shape[-1]:
+            raise ValueError(f"num_tokens {t} > context_length {self.mask.shape[-1]}")
+        q, k, v = (lin(x).view(b, t, self.h, self.d_k).transpose(1, 2)
+                   for lin in (self.W_query, self.W_key, self.W_value))
+        s = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(self.mask[..., :t, :t].bool(), -math.inf)
+        return self.out_proj((self.dropout(s.softmax(-1)) @ v).transpose(1, 2).reshape(b, t, -1))
+
+
+@pytest.mark.parametrize("cls", [_AllowedTril, _FourDimBuffer], ids=["tril allowed", "(1, 1, ctx, ctx)"])
+def test_mask_buffer_layout_is_free_as_the_contract_says(cls):
+    _passes_everywhere("ch06_ex3", cls)
+
+
+def test_eval_mode_wrong_gets_no_dropout_blame():
+    class MaskAfterSoftmax(_AllowedTril):
+        def forward(self, x):
+            b, t = x.shape[:2]
+            q, k, v = (lin(x).view(b, t, self.h, self.d_k).transpose(1, 2)
+                       for lin in (self.W_query, self.W_key, self.W_value))
+            w = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).softmax(-1) * self.mask[:t, :t]
+            return self.out_proj((self.dropout(w) @ v).transpose(1, 2).reshape(b, t, -1))
+    failures = _failures("ch06_ex3", MaskAfterSoftmax)
+    draws = [r for r in failures if r.check.startswith("training mode")]
+    assert len(draws) == 2
+    for r in draws:
+        assert r.mistake is None and r.reason.startswith("eval mode"), r.line()
+        assert r.hint.startswith("this check first compares eval mode"), r.hint
+
+
+# ------------------------------------------------------------------ ch06_ex1: "x" inside "expected"
+
+def test_ex1_message_must_name_x_as_a_word():
+    def split_heads(x, num_heads):
+        if x.dim() != 3:
+            raise ValueError(f"expected a 3-D tensor, got shape {tuple(x.shape)}")
+        b, t, d = x.shape
+        if d % num_heads:
+            raise ValueError(f"d_out={d} not divisible by num_heads={num_heads}")
+        return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)
+    failures = _failures("ch06_ex1", split_heads)
+    assert [r.check for r in failures] == ["a 2-D or 4-D x raises ValueError naming x and its shape"]
+
+
+# ------------------------------------------------------------------ float64 results, ex2 / ex4 / ex5
+
+def _merge64(x):
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D, got x.shape={tuple(x.shape)}")
+    b, h, t, d = x.shape
+    return x.double().permute(0, 2, 1, 3).reshape(b, t, h * d)
+
+
+def _fuse64(query_weights, key_weights, value_weights):
+    ws = (query_weights, key_weights, value_weights)
+    if any(w.dim() != 3 for w in ws) or len({w.shape for w in ws}) > 1:
+        raise ValueError("query_weights, key_weights, value_weights: shapes "
+                         + " / ".join(str(tuple(w.shape)) for w in ws))
+    return torch.cat([w.double().flatten(0, 1) for w in ws])
+
+
+def _pm_core(queries, keys, values, mask):
+    want = (queries.shape[1], queries.shape[2], keys.shape[2])
+    if tuple(mask.shape) != want:
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {want}")
+    empty = mask.all(-1, keepdim=True)
+    s = queries @ keys.mT * queries.shape[-1] ** -0.5
+    w = s.masked_fill(mask & ~empty, -math.inf).softmax(-1).masked_fill(empty, 0.0)
+    return w @ values, w
+
+
+def _pm64(queries, keys, values, mask):
+    out, w = _pm_core(queries.double(), keys.double(), values.double(), mask)
+    return out, w
+
+
+def _pm_list(queries, keys, values, mask):
+    return list(_pm_core(queries, keys, values, mask))
+
+
+@pytest.mark.parametrize("label,obj,mistake,must_not", [
+    ("ch06_ex2", _merge64, "result in float64", ("columns", "layout", "tokens")),
+    ("ch06_ex4", _fuse64, "result in float64", ("row order", "query projection")),
+    ("ch06_ex5", _pm64, "results in float64", ("scal", "hidden", "NaN")),
+    ("ch06_ex5", _pm_list, "a list instead of a tuple", ("scal", "hidden", "NaN", "dtype")),
+])
+def test_dtype_and_container_are_named(label, obj, mistake, must_not):
+    failures = _failures(label, obj)
+    assert failures
+    for r in failures:
+        assert r.mistake == mistake and r.hint == _hint_of(label, mistake), r.line()
+        for words in must_not:
+            assert words not in r.hint, (words, r.hint)
+
+
+def test_dtype_is_in_the_contracts_and_the_check_hints():
+    for label in ("ch06_ex2", "ch06_ex4", "ch06_ex5"):
+        main = get_exercise(label).checks[0]
+        assert "dtype" in main.hint, (label, main.hint)
+
+
+# ------------------------------------------------------------------ ch06_ex4: messages per argument
+
+def _fuse_per_argument(query_weights, key_weights, value_weights):
+    for n, w in (("query_weights", query_weights), ("key_weights", key_weights), ("value_weights", value_weights)):
+        if w.dim() != 3:
+            raise ValueError(f"{n} must be 3-D, got shape {tuple(w.shape)}")
+    if key_weights.shape != query_weights.shape:
+        raise ValueError(f"key_weights has shape {tuple(key_weights.shape)}, query_weights {tuple(query_weights.shape)}")
+    if value_weights.shape != query_weights.shape:
+        raise ValueError(f"value_weights has shape {tuple(value_weights.shape)}, "
+                         f"query_weights {tuple(query_weights.shape)}")
+    return torch.cat([query_weights.flatten(0, 1), key_weights.flatten(0, 1), value_weights.flatten(0, 1)])
+
+
+def _fuse_first_not_3d(query_weights, key_weights, value_weights):
+    for name, w in (("query_weights", query_weights), ("key_weights", key_weights), ("value_weights", value_weights)):
+        if w.dim() != 3:
+            raise ValueError(f"{name} must be 3-D (num_heads, head_dim, d_in), got shape {tuple(w.shape)}")
+    if not (query_weights.shape == key_weights.shape == value_weights.shape):
+        raise ValueError(f"query_weights, key_weights and value_weights must have one shape, got "
+                         f"{tuple(query_weights.shape)}, {tuple(key_weights.shape)}, {tuple(value_weights.shape)}")
+    return torch.cat([w.flatten(0, 1) for w in (query_weights, key_weights, value_weights)])
+
+
+@pytest.mark.parametrize("obj", [_fuse_per_argument, _fuse_first_not_3d])
+def test_ex4_message_naming_the_faulty_argument_passes(obj):
+    _passes_everywhere("ch06_ex4", obj)
+
+
+def test_ex4_message_naming_the_wrong_argument_fails():
+    def names_query_only(query_weights, key_weights, value_weights):
+        ws = (query_weights, key_weights, value_weights)
+        if any(w.dim() != 3 for w in ws) or len({w.shape for w in ws}) > 1:
+            raise ValueError(f"the weights do not match query_weights {tuple(query_weights.shape)}")
+        return torch.cat([w.flatten(0, 1) for w in ws])
+    failures = _failures("ch06_ex4", names_query_only)
+    assert len(failures) == 1 and "should name 'value_weights'" in failures[0].reason, failures[0].line()
+    assert failures[0].mistake is None
+
+
+# ------------------------------------------------------------------ ch06_ex5: hints that blame empty rows
+
+def _pm_scaled_by_dv(queries, keys, values, mask):
+    if mask.shape != (queries.shape[1], queries.shape[2], keys.shape[2]):
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not fit")
+    s = queries @ keys.transpose(-2, -1) / math.sqrt(values.shape[-1])
+    w = torch.softmax(s.masked_fill(mask, -math.inf), dim=-1).nan_to_num(0.0)
+    return w @ values, w
+
+
+def _pm_one_mask(queries, keys, values, mask):
+    if mask.shape != (queries.shape[1], queries.shape[2], keys.shape[2]):
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not fit")
+    s = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    w = torch.softmax(s.masked_fill(mask[0], -math.inf), dim=-1).nan_to_num(0.0)
+    return w @ values, w
+
+
+@pytest.mark.parametrize("obj,mistake", [(_pm_scaled_by_dv, "scaled by sqrt(d_v)"),
+                                         (_pm_one_mask, "head 0's mask for every head")])
+def test_ex5_other_mistakes_are_not_blamed_on_empty_rows(obj, mistake):
+    failures = _failures("ch06_ex5", obj)
+    assert len(failures) == 2
+    for r in failures:
+        assert r.mistake == mistake and r.hint == _hint_of("ch06_ex5", mistake), r.line()
+
+
+def test_ex5_unmatched_answer_gets_neutral_hints():
+    def scaled_by_dv_in_float64(queries, keys, values, mask):
+        out, w = _pm_scaled_by_dv(queries.double(), keys.double(), values.double(), mask)
+        return out, w
+    failures = _failures("ch06_ex5", scaled_by_dv_in_float64)
+    assert len(failures) == 2
+    for r in failures:
+        assert r.mistake is None
+        assert "must get weights of exactly 0" not in r.hint and "look at the scaling" not in r.hint, r.hint
