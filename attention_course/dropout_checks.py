@@ -22,7 +22,18 @@ every correct *inverted* dropout with drop probability ``p`` has in common, and 
   within ``FRACTION_SIGMAS`` binomial standard errors;
 * optionally (``proportional_to``): when every value vector of an attention layer is the same
   vector ``b``, dropout on the attention weights gives output rows that are multiples of ``b``
-  (dropout on the outputs would zero single entries instead).
+  (dropout on the outputs would zero single entries instead);
+* optionally (``independent_along``): **independent drops**. For each listed axis of the examined
+  tensor, along which the check's inputs make the eval output constant (uniform weights, a batch
+  of equal sequences), the slices at indices ``2j`` and ``2j + 1`` are compared in every
+  training draw; the fraction of such slice pairs that come out identical is measured the same
+  way for the answer and the reference. Every weight dropped on its own makes two slices
+  identical only when all their drops agree (probability ``(p^2 + (1-p)^2)^L`` for ``L`` weights
+  per slice, near 0 in the checks), whereas one draw per row, one mask per column or one mask
+  shared by the batch makes them identical in every draw. Under independent dropout the slice
+  pairs of one draw, and the draws, are independent, so the two fractions (``N`` pairs each)
+  may differ by at most ``IDENTICAL_SIGMAS`` standard errors of a difference of two binomial
+  proportions, ``sqrt(2 f (1 - f) / N)`` with ``f`` their mean, plus ``IDENTICAL_SLACK``.
 
 The statistics are computed the same way from the answer's outcomes and from the reference's
 (or a kept mistake's) outcomes and then compared, so a kept mistake (say, survivors scaled by
@@ -48,6 +59,8 @@ ATOL, RTOL = 1e-5, 1e-4
 FRACTION_SIGMAS = 6.0   # binomial standard errors allowed for the fraction of zeros
 VARIANCE_FACTOR = 2.0   # the draws' summed variance may differ from the reference's by this factor
 SCALE_RTOL = 1e-3       # survivors share one factor, and it matches the reference's, to this
+IDENTICAL_SIGMAS = 6.0  # standard errors allowed between two fractions of identical slice pairs
+IDENTICAL_SLACK = 0.05  # plus this, so that a handful of coincidences never decides
 
 _PLAIN = Check("outcome", lambda seed: [], hint="")
 
@@ -61,8 +74,22 @@ def first_tensor(value: Any) -> Any:
     return value
 
 
+def _identical_fraction(D: torch.Tensor, axis: int) -> tuple:
+    """Over the draws ``D`` (draw axis first), the fraction of slice pairs ``(2j, 2j + 1)``
+    along ``axis`` of one draw that are identical, and the number of pairs."""
+    axis = axis % (D.dim() - 1) + 1
+    n = D.shape[axis] // 2 * 2
+    if n == 0:
+        return 0.0, 0
+    even = D.narrow(axis, 0, n).unflatten(axis, (n // 2, 2)).select(axis + 1, 0)
+    odd = D.narrow(axis, 0, n).unflatten(axis, (n // 2, 2)).select(axis + 1, 1)
+    close = (even - odd).abs() <= 1e-6 * (even.abs() + odd.abs()) + 1e-9
+    same = close.movedim(axis, 1).reshape(D.shape[0], n // 2, -1).all(-1)   # (draws, pairs)
+    return float(same.double().mean()), same.numel()
+
+
 def _stats(base: torch.Tensor, draws: list, p: float, elementwise: bool,
-           proportional_to: Optional[torch.Tensor]) -> dict:
+           proportional_to: Optional[torch.Tensor], independent_along: tuple = ()) -> dict:
     base = base.double()
     D = torch.stack([d.double() for d in draws])
     K = D.shape[0]
@@ -83,6 +110,7 @@ def _stats(base: torch.Tensor, draws: list, p: float, elementwise: bool,
         "worst": (tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), base.shape)),
                   float(mean.flatten()[worst]), float(base.flatten()[worst])),
         "variance": float(D.var(0, unbiased=True).sum()),
+        "identical": {axis: _identical_fraction(D, axis) for axis in independent_along},
     }
     if elementwise:
         live = (base.abs() > 1e-3).expand_as(D)
@@ -110,14 +138,17 @@ def _stats(base: torch.Tensor, draws: list, p: float, elementwise: bool,
 
 def dropout_compare(p_of: Callable, is_train: Callable, elementwise: bool = False,
                     proportional_to: Optional[Callable] = None, pick: Callable = first_tensor,
-                    rtol: float = RTOL, atol: float = ATOL) -> Callable:
+                    rtol: float = RTOL, atol: float = ATOL, independent_along: tuple = (),
+                    axis_names: Optional[dict] = None) -> Callable:
     """A ``Check.compare`` function for calls that run dropout (see the module docstring).
 
     ``p_of(call)`` is the drop probability of a call, ``is_train(call)`` whether it runs in
     training mode, ``pick(value)`` the tensor to examine in an outcome's value, and
     ``proportional_to(call)`` (optional) the vector every output row must be a multiple of in
-    training mode.
+    training mode. ``independent_along`` lists axes of that tensor along which the eval output
+    is constant and no drop pattern may be shared (``axis_names`` names them in the reason).
     """
+    names = axis_names or {}
 
     def compare(got: list, want: list, calls: list) -> Optional[str]:
         for i, (g, w, c) in enumerate(zip(got, want, calls)):
@@ -152,8 +183,8 @@ def dropout_compare(p_of: Callable, is_train: Callable, elementwise: bool = Fals
         if base_g is None:
             raise ValueError("a dropout check needs an eval-mode call beside its training draws")
         b = proportional_to(calls[0]) if proportional_to else None
-        sg = _stats(base_g, draws_g, p_draw, elementwise, b)
-        sw = _stats(base_w, draws_w, p_draw, elementwise, b)
+        sg = _stats(base_g, draws_g, p_draw, elementwise, b, tuple(independent_along))
+        sw = _stats(base_w, draws_w, p_draw, elementwise, b, tuple(independent_along))
         k = len(draws_g)
         if elementwise:
             if sg["one_scale"] != sw["one_scale"]:
@@ -182,6 +213,17 @@ def dropout_compare(p_of: Callable, is_train: Callable, elementwise: bool = Fals
                 return (f"the training-mode draws (p={p_draw}) vary {ratio:.2f} times as much as they should "
                         f"(summed variance over {k} draws): check which entries are dropped, with which "
                         f"probability, and the scale of the survivors")
+        for axis in independent_along:
+            (fg, n), (fw, _) = sg["identical"][axis], sw["identical"][axis]
+            if n == 0:
+                continue
+            mean = (fg + fw) / 2
+            bound = IDENTICAL_SIGMAS * math.sqrt(2 * mean * (1 - mean) / n) + IDENTICAL_SLACK
+            if abs(fg - fw) > bound:
+                what = names.get(axis, f"slices along axis {axis}")
+                return (f"two {what} whose eval-mode values are equal came out identical in {fg:.0%} of "
+                        f"{n} training-mode pairs (p={p_draw}); with every weight dropped independently "
+                        f"this happens in about {fw:.0%}")
         if b is not None and sg["proportional"] != sw["proportional"]:
             return ("with every value vector equal to the same vector, each output row in training mode "
                     + ("should be a multiple of it (dropout belongs on the attention weights)"

@@ -99,9 +99,18 @@ def _kernel_batch_calls(seed):
 def _kernel_bad_calls(seed):
     g = torch.Generator().manual_seed(seed)
     distances = torch.randn(3, 4, generator=g)
-    return [Call(args=(distances, 0.7)),  # valid first: raising on everything must not pass
-            Call(args=(distances, 0.0)), Call(args=(distances, -0.5)),
+    # Only invalid calls: a value bug must not cost the error points nor get this check's hint.
+    return [Call(args=(distances, 0.0)), Call(args=(distances, -0.5)),
             Call(args=(distances, torch.tensor([0.5, 0.2, -0.1, 0.4])))]
+
+
+def _kernel_grad_calls(seed):
+    # The contract lets gradients flow to a tensor width (ch02_ex3 learns it): the gradient of
+    # the kernel's sum with respect to distances and to a 0-dim width is compared.
+    g = torch.Generator().manual_seed(seed)
+    distances = 1.5 * torch.randn(3, 5, generator=g)
+    width = torch.tensor(0.5 + 0.5 * torch.rand(1, generator=g).item())
+    return [Call(args=(distances, width), grads_of=(0, 1))]
 
 
 def _kernel_hidden_calls(seed):
@@ -137,13 +146,12 @@ def _kernel_alt_normal_density(distances, width):
     return torch.exp(normal.log_prob(distances) - normal.log_prob(torch.zeros_like(distances)))
 
 
-def _kernel_alt_loops(distances, width):
-    widths = torch.as_tensor(width, dtype=distances.dtype).expand_as(distances).reshape(-1).tolist()
-    if min(widths) <= 0:
-        raise ValueError("width must be positive everywhere")
-    flat = distances.reshape(-1).tolist()
-    out = [math.exp(-d * d / (2 * w * w)) for d, w in zip(flat, widths)]
-    return torch.tensor(out, dtype=distances.dtype).reshape(distances.shape)
+def _kernel_alt_halved_ratio(distances, width):
+    # The ratio distance / width squared and halved, written with Tensor methods.
+    width = torch.as_tensor(width, dtype=distances.dtype)
+    if not bool(width.gt(0).all()):
+        raise ValueError("gaussian_kernel: every width must be > 0")
+    return distances.div(width).square().mul(-0.5).exp()
 
 
 register(Exercise(
@@ -157,9 +165,13 @@ register(Exercise(
               seed=1,
               hint="the calls pass a 0-dim tensor width, negated distances, and a width of shape (5,) "
                    "that broadcasts along the last axis; the result keeps the shape of distances."),
+        Check("gradients reach distances and a 0-dim tensor width", _kernel_grad_calls, seed=3,
+              hint="this check compares the kernel's values, and the gradient of their sum with respect "
+                   "to distances and to a 0-dim tensor width (both require grad here), with the reference's: "
+                   "the result must be connected to both by autograd; the reason above says what differs."),
         Check("a non-positive width raises ValueError naming width", _kernel_bad_calls, seed=0,
               must_mention=["width"], weight=_ERROR_WEIGHT,
-              hint="calls 2 to 4 pass a width of 0, a negative width and a tensor of widths with one "
+              hint="the calls pass a width of 0, a negative width and a tensor of widths with one "
                    "negative entry; each must raise ValueError with 'width' in its message."),
         Check("random distances and widths, a width per row (hidden)", _kernel_hidden_calls,
               public=False, seed=2,
@@ -175,6 +187,10 @@ register(Exercise(
         Mistake("width not squared", "you divided by 2·width instead of 2·width²: "
                 "the width has the units of a distance, so it must be squared like the distance.",
                 _kernel_mistake(lambda d, w: torch.exp(-d ** 2 / (2 * w)))),
+        Mistake("width detached", "no gradient reaches the tensor width: the kernel was computed from "
+                "a detached copy of it (or from Python numbers); compute it from width itself with torch "
+                "operations.",
+                _kernel_mistake(lambda d, w: torch.exp(-d ** 2 / (2 * torch.as_tensor(w).detach() ** 2)))),
         Mistake("no width check", "a width of 0 or below must raise ValueError naming 'width' "
                 "(it would divide by zero or flip the kernel's meaning), not return numbers.",
                 lambda d, w: torch.exp(-d ** 2 / (2 * w ** 2))),
@@ -185,7 +201,7 @@ register(Exercise(
         Alternative("float64 inside", "computed in float64, cast back", _kernel_alt_float64),
         Alternative("normal density ratio", "torch.distributions.Normal log_prob minus its peak",
                     _kernel_alt_normal_density),
-        Alternative("python loops", "math.exp over a flat list, widths broadcast first", _kernel_alt_loops),
+        Alternative("Tensor methods", "distances.div(width).square().mul(-0.5).exp()", _kernel_alt_halved_ratio),
     ],
 ))
 
@@ -273,23 +289,20 @@ _NARROW_RTOL = 2e-3
 def _nw_bad_query_calls(seed):
     g = torch.Generator().manual_seed(seed)
     queries, keys, values = _nw_data(g, 2, 3, 5)
-    return [Call(args=(queries, keys, values, 0.5)),  # valid first
-            Call(args=(torch.rand(3, generator=g), keys, values, 0.5)),
+    return [Call(args=(torch.rand(3, generator=g), keys, values, 0.5)),
             Call(args=(torch.rand(2, 3, 1, generator=g), keys, values, 0.5))]
 
 
 def _nw_bad_kv_calls(seed):
     g = torch.Generator().manual_seed(seed)
     queries, keys, values = _nw_data(g, 2, 3, 5)
-    return [Call(args=(queries, keys, values, 0.5)),  # valid first
-            Call(args=(queries, keys, values[:, :4], 0.5))]
+    return [Call(args=(queries, keys, values[:, :4], 0.5))]
 
 
 def _nw_bad_width_calls(seed):
     g = torch.Generator().manual_seed(seed)
     queries, keys, values = _nw_data(g, 2, 3, 5)
-    return [Call(args=(queries, keys, values, 0.5)),  # valid first
-            Call(args=(queries, keys, values, 0.0)), Call(args=(queries, keys, values, -1.0))]
+    return [Call(args=(queries, keys, values, 0.0)), Call(args=(queries, keys, values, -1.0))]
 
 
 def _nw_hidden_calls(seed):
@@ -304,8 +317,7 @@ def _nw_bad_batch_calls(seed):
     g = torch.Generator().manual_seed(seed)
     queries, _, _ = _nw_data(g, 2, 3, 5)
     _, keys, values = _nw_data(g, 3, 3, 5)
-    return [Call(args=(queries, keys[:2], values[:2], 0.5)),  # valid first
-            Call(args=(queries, keys, values, 0.5))]
+    return [Call(args=(queries, keys, values, 0.5))]
 
 
 def _nw_alt_logsumexp(queries, keys, values, width):
@@ -389,23 +401,26 @@ register(Exercise(
               hint="weights[b, i, j] compares query i with key j of batch b; look at the row sums "
                    "of your weights and at one row computed by hand."),
         Check("a batch of 3 with 4 queries and 6 keys", _nw_batch_calls, seed=1,
-              hint="three independent problems: queries of batch b only meet keys and values of "
-                   "batch b."),
+              hint="this check compares (predictions, weights) for 3 problems of 4 queries and 6 keys: "
+                   "weights[b, i, j] is the softmax over j of -(queries[b, i] - keys[b, j])² / (2 width²), "
+                   "predictions[b, i] the sum over j of weights[b, i, j] values[b, j]; the reason above "
+                   "names the item that differs."),
         Check("a narrow width and a query far from every key stay finite", _nw_narrow_calls, seed=2,
               compare=_finite_then_close(_NARROW_RTOL, 1e-5),
-              hint="width 0.05 and a query 3 units from every key: scores near -3000, where exp "
-                   "is 0 in float32; the result must be finite and agree within 2e-3."),
+              hint="this check uses width 0.05 and a query 3 units from every key (scores near -3000): "
+                   "every entry of (predictions, weights) must be finite and agree with a float64 "
+                   "computation within 2e-3 relative; the reason above says which item differs."),
         Check("queries that are not 2-D raise ValueError naming queries", _nw_bad_query_calls, seed=0,
               must_mention=["queries"], weight=_ERROR_WEIGHT,
-              hint="calls 2 and 3 pass a 1-D and a 3-D queries; the ValueError must mention 'queries'."),
+              hint="the calls pass a 1-D and a 3-D queries; the ValueError must mention 'queries'."),
         Check("keys and values of different shapes raise ValueError naming both", _nw_bad_kv_calls,
               seed=0, must_mention=["keys", "values"], weight=_ERROR_WEIGHT,
-              hint="call 2 passes values with one entry fewer than keys; the ValueError must mention both."),
+              hint="the call passes values with one entry fewer than keys; the ValueError must mention both."),
         Check("2 to 4 batches of 20 queries and 30 keys (hidden)", _nw_hidden_calls, public=False, seed=3,
               compare=_finite_then_close(1e-4, 1e-5),
               hint="softmax over the keys of -(query - key)² / (2 width²), then a weighted sum of values."),
         Check("a non-positive width, or batch sizes that differ, raise ValueError (hidden)",
-              lambda seed: _nw_bad_width_calls(seed) + _nw_bad_batch_calls(seed)[1:], public=False,
+              lambda seed: _nw_bad_width_calls(seed) + _nw_bad_batch_calls(seed), public=False,
               seed=0, weight=_ERROR_WEIGHT,
               must_mention=lambda call: ["width"] if call.args[0].shape[0] == call.args[1].shape[0]
               else ["queries", "keys"],
@@ -419,6 +434,12 @@ register(Exercise(
         Mistake("forgot the 1/2", "the Gaussian logit is -(query - key)² divided by 2·width²; "
                 "you left out the factor 2.",
                 _nw_from_weights(lambda o, w: torch.softmax(-o ** 2 / w ** 2, dim=-1))),
+        Mistake("absolute distance", "your logits use the absolute distance |query - key|; the Gaussian "
+                "kernel's logit is -(query - key)² / (2 width²), with the squared distance.",
+                _nw_from_weights(lambda o, w: torch.softmax(-o.abs() / (2 * w ** 2), dim=-1))),
+        Mistake("(weights, predictions) swapped", "your values may be right but come back in the wrong "
+                "order: the contract asks for the tuple (predictions, weights).",
+                lambda q, k, v, w: tuple(reversed(nadaraya_watson(q, k, v, w)))),
         Mistake("kernel over its sum", "dividing kernel values by their sum gives 0/0 = NaN when every "
                 "kernel value underflows (a query far from all keys, a narrow width); normalise the "
                 "logits in a numerically stable way instead.",
@@ -495,6 +516,11 @@ def _fit_mistake(leave_one_out=True, reduce="mean", on_log=True, record_after=Fa
     return impl
 
 
+def _fit_log_width(keys, values, init_width, lr, num_steps):
+    width, losses = fit_width(keys, values, init_width, lr, num_steps)
+    return math.log(width), losses
+
+
 def _fit_calls(seed):
     data = make_regression_1d(num_train=30, seed=seed)
     return [Call(args=(data.x_train, data.y_train, 1.0, 1.0, 20))]
@@ -507,16 +533,16 @@ def _fit_zero_calls(seed):
 
 def _fit_bad_calls(seed):
     data = make_regression_1d(num_train=10, seed=seed)
-    return [Call(args=(data.x_train, data.y_train, 1.0, 1.0, 2)),  # valid first
-            Call(args=(data.x_train, data.y_train[:9], 1.0, 1.0, 5)),
+    return [Call(args=(data.x_train, data.y_train[:9], 1.0, 1.0, 5)),
             Call(args=(data.x_train[None], data.y_train[None], 1.0, 1.0, 5)),
+            Call(args=(data.x_train[:1], data.y_train[:1], 1.0, 1.0, 5)),   # n = 1
             Call(args=(data.x_train, data.y_train, 0.0, 1.0, 5)),
             Call(args=(data.x_train, data.y_train, -1.0, 1.0, 5))]
 
 
 def _fit_mentions(call):
     keys, values, init_width = call.args[:3]
-    if keys.dim() != 1 or keys.shape != values.shape:
+    if keys.dim() != 1 or keys.shape != values.shape or keys.numel() < 2:
         return ["keys", "values"]
     return ["init_width"]
 
@@ -624,15 +650,16 @@ register(Exercise(
     checks=[
         Check("20 steps from width 1.0 with lr 1.0 on 30 noisy points", _fit_calls, seed=0,
               rtol=_FIT_RTOL, atol=_FIT_ATOL,
-              hint="compare losses[0] with the leave-one-out loss at init_width computed by hand, "
-                   "then the following entries: where they part tells you which step differs."),
+              hint="this check compares (width, losses): losses[t] is the leave-one-out loss at the width "
+                   "before step t, width is e^s after the last step, a Python float; the reason above "
+                   "names the item that differs."),
         Check("zero steps return the initial width and an empty loss history", _fit_zero_calls, seed=1,
               rtol=_FIT_RTOL, atol=_FIT_ATOL,
               hint="with num_steps = 0 the contract returns (init_width, an empty float32 tensor)."),
         Check("bad keys, values or init_width raise ValueError naming them", _fit_bad_calls,
               seed=0, must_mention=_fit_mentions, weight=_ERROR_WEIGHT,
-              hint="calls 2 and 3 pass keys and values of different lengths or not 1-D (name both); "
-                   "calls 4 and 5 an init_width <= 0 (name init_width)."),
+              hint="calls 1 to 3 pass keys and values of different lengths, not 1-D, or of length 1 "
+                   "(name both); calls 4 and 5 an init_width <= 0 (name init_width)."),
         Check("fresh data, start and learning rate (hidden)", _fit_hidden_calls, public=False, seed=4,
               rtol=_FIT_RTOL, atol=_FIT_ATOL,
               hint="leave-one-out MSE, plain gradient steps on log(width), losses recorded before each step."),
@@ -647,6 +674,8 @@ register(Exercise(
         Mistake("summed the errors", "the loss is the mean of the squared errors over the training "
                 "points, not their sum (the sum scales the gradient by the number of points).",
                 _fit_mistake(reduce="sum")),
+        Mistake("returned log(width)", "the losses match but the first item is s = log(width); return "
+                "the width e^s as a Python float.", _fit_log_width),
         Mistake("loss recorded after the step", "losses[t] must be the loss at the width used for "
                 "step t, measured before that step updates it.",
                 _fit_mistake(record_after=True)),
@@ -725,6 +754,20 @@ def _choices_mistake(loo_kw=None, test_kw=None, pick=lambda c, e: c[e.argmin()].
     return impl
 
 
+def _choices_float32_ratio(keys, values, test_queries, test_targets, candidates):
+    # Unnormalised float32 kernels divided by their sums: NaN where every kernel value underflows.
+    _validate_choices(keys, values, test_queries, test_targets, candidates)
+    loo, test = [], []
+    for h in candidates.tolist():
+        kernel = torch.exp(-(keys[:, None] - keys[None, :]) ** 2 / (2 * h ** 2))
+        kernel = kernel * (1 - torch.eye(len(keys)))
+        loo.append((((kernel @ values) / kernel.sum(1) - values) ** 2).mean())
+        tk = torch.exp(-(test_queries[:, None] - keys[None, :]) ** 2 / (2 * h ** 2))
+        test.append((((tk @ values) / tk.sum(1) - test_targets) ** 2).mean())
+    loo, test = torch.stack(loo), torch.stack(test)
+    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test
+
+
 _CHOICE_RTOL, _CHOICE_ATOL = 1e-4, 1e-6
 
 
@@ -749,8 +792,9 @@ def _compare_choices(got, want, calls):
         candidates = call.args[4].double()
         for j, (name, errors) in enumerate((("loo_width", wv["__seq__"][2]), ("test_width", wv["__seq__"][3]))):
             width, wanted = gv["__seq__"][j], wv["__seq__"][j]
-            if isinstance(wanted, bool) or not isinstance(wanted, float):
-                # matching an answer to a kept mistake's output: the same value is required
+            if isinstance(wanted, bool) or not isinstance(wanted, float) or bool(errors.isnan().any()):
+                # matching an answer to a kept mistake's output (an int, or errors with NaN whose
+                # arg-min means nothing): the same value is required
                 reason = compare_values(width, wanted, _CHOICE_RTOL, _CHOICE_ATOL, f"{name} in {where}")
                 if reason:
                     return reason
@@ -787,16 +831,19 @@ def _choices_shuffled_calls(seed):
 def _choices_bad_calls(seed):
     data = make_regression_1d(num_train=10, num_test=8, seed=seed)
     x, y, xt, yt = data.x_train, data.y_train, data.x_test, data.y_test
-    return [Call(args=(x, y, xt, yt, torch.tensor([0.5, 1.0]))),  # valid first
-            Call(args=(x, y, xt, yt, torch.tensor([0.5, 0.0, 1.0]))),
+    return [Call(args=(x, y, xt, yt, torch.tensor([0.5, 0.0, 1.0]))),
             Call(args=(x, y, xt, yt, torch.tensor([0.3, -0.2]))),
             Call(args=(x, y, xt, yt, torch.zeros(0))),
-            Call(args=(x, y[:9], xt, yt, torch.tensor([0.5])))]
+            Call(args=(x, y, xt, yt, torch.tensor([[0.5, 1.0]]))),            # not 1-D
+            Call(args=(x, y[:9], xt, yt, torch.tensor([0.5]))),
+            Call(args=(x[None], y[None], xt, yt, torch.tensor([0.5]))),       # keys, values not 1-D
+            Call(args=(x[:1], y[:1], xt, yt, torch.tensor([0.5])))]           # n = 1
 
 
 def _choices_mentions(call):
     keys, values = call.args[:2]
-    return ["keys", "values"] if keys.shape != values.shape else ["candidates"]
+    bad_pair = keys.dim() != 1 or keys.shape != values.shape or keys.numel() < 2
+    return ["keys", "values"] if bad_pair else ["candidates"]
 
 
 def _choices_hidden_calls(seed):
@@ -804,7 +851,13 @@ def _choices_hidden_calls(seed):
     num_train = int(torch.randint(20, 50, (1,), generator=g))
     data = make_regression_1d(num_train=num_train, num_test=50, noise=0.25, seed=seed)
     candidates = 0.03 + 1.5 * torch.rand(10, generator=g)
-    return [Call(args=(data.x_train, data.y_train, data.x_test, data.y_test, candidates))]
+    candidates[int(torch.randint(0, 10, (1,), generator=g))] = 0.04
+    # One training point 0.8 beyond the others: at width 0.04 its leave-one-out kernel values
+    # are all near exp(-200), 0 in float32 (a plain kernel ratio gives 0/0) but not in float64.
+    far = data.x_train.max() + 0.8
+    keys = torch.cat([data.x_train, far.reshape(1)])
+    values = torch.cat([data.y_train, data.y_train[data.x_train.argmax()].reshape(1)])
+    return [Call(args=(keys, values, data.x_test, data.y_test, candidates))]
 
 
 def _choices_alt_batched(keys, values, test_queries, test_targets, candidates):
@@ -874,15 +927,20 @@ register(Exercise(
                    "candidates[j]; compare one entry of each with a hand computation."),
         Check("unsorted keys, test points and candidates", _choices_shuffled_calls, seed=1,
               compare=_compare_choices,
-              hint="the points and candidates of this check come in no particular order; "
-                   "errors[j] belongs to candidates[j]."),
+              hint="this check passes keys, test points and candidates in no particular order, with "
+                   "candidate widths from 0.03: loo_errors[j] and test_errors[j] are finite mean squared "
+                   "errors with width candidates[j], and each returned width is the candidate with the "
+                   "smallest error; the reason above names the item that differs."),
         Check("bad candidates, keys or values raise ValueError naming them", _choices_bad_calls,
               seed=0, must_mention=_choices_mentions, weight=_ERROR_WEIGHT,
-              hint="calls 2 to 4 pass a zero, a negative and no candidate (name candidates); call 5 "
-                   "keys and values of different lengths (name both)."),
-        Check("fresh data and ten candidates (hidden)", _choices_hidden_calls, public=False, seed=5,
-              compare=_compare_choices,
-              hint="leave-one-out and test mean squared errors per candidate, then each arg-min's width."),
+              hint="calls 1 to 4 pass a zero, a negative, no candidate and a 2-D candidates (name "
+                   "candidates); calls 5 to 7 keys and values of different lengths, not 1-D, or of length 1 "
+                   "(name both)."),
+        Check("fresh data with an outlying point, ten candidates (hidden)", _choices_hidden_calls,
+              public=False, seed=5, compare=_compare_choices,
+              hint="this check adds a training point 0.8 beyond the others and a candidate width 0.04: "
+                   "the leave-one-out and test mean squared errors per candidate stay finite, and each "
+                   "returned width is the candidate with the smallest error."),
     ],
     mistakes=[
         Mistake("no leave-one-out", "each training point helps predict itself, so the smallest "
@@ -894,6 +952,10 @@ register(Exercise(
         Mistake("absolute error", "the errors to compare are mean *squared* errors, not mean "
                 "absolute errors.",
                 _choices_mistake(loo_kw={"absolute": True}, test_kw={"absolute": True})),
+        Mistake("float32 kernel over its sum", "at a small candidate width every kernel value of some "
+                "point underflows to 0 in float32, and dividing by their sum gives 0/0 = NaN; normalise "
+                "the logits in a numerically stable way (a softmax), as in ch02_ex2.",
+                _choices_float32_ratio),
         Mistake("summed the errors", "the errors are means over the points, not sums; a sum grows "
                 "with the number of points.",
                 _choices_mistake(loo_kw={"reduce": "sum"}, test_kw={"reduce": "sum"})),
@@ -949,6 +1011,17 @@ def _local_mistake(validate=True, **kw):
     return impl
 
 
+def _local_no_kernel(queries, keys, values, width):
+    _validate_local(queries, keys, values, width)
+    q, k = queries.double()[:, None], keys.double()[None, :]
+    kernel = torch.exp(-(q - k) ** 2 / (2 * float(width) ** 2))
+    u = k - q
+    s0, s1, s2 = (kernel.sum(-1, keepdim=True), (kernel * u).sum(-1, keepdim=True),
+                  (kernel * u ** 2).sum(-1, keepdim=True))
+    weights = (s2 - u * s1) / (s0 * s2 - s1 ** 2)
+    return (weights @ values.double()).float(), weights.float()
+
+
 def _local_calls(seed):
     g = torch.Generator().manual_seed(seed)
     data = make_regression_1d(num_train=30, seed=seed)
@@ -974,14 +1047,16 @@ def _local_bad_calls(seed):
     data = make_regression_1d(num_train=10, seed=seed)
     x, y = data.x_train, data.y_train
     queries = torch.tensor([1.0, 2.0])
-    return [Call(args=(queries, x, y, 0.5)),  # valid first
-            Call(args=(queries, x, y, 0.0)), Call(args=(queries, x, y, -0.3)),
-            Call(args=(queries, x, y[:8], 0.5))]
+    return [Call(args=(queries, x, y, 0.0)), Call(args=(queries, x, y, -0.3)),
+            Call(args=(queries, x, y[:8], 0.5)),
+            Call(args=(queries, x[None], y[None], 0.5)),     # keys, values not 1-D
+            Call(args=(queries, x[:1], y[:1], 0.5))]         # n = 1
 
 
 def _local_mentions(call):
     keys, values = call.args[1:3]
-    return ["keys", "values"] if keys.shape != values.shape else ["width"]
+    bad_pair = keys.dim() != 1 or keys.shape != values.shape or keys.numel() < 2
+    return ["keys", "values"] if bad_pair else ["width"]
 
 
 def _local_hidden_calls(seed):
@@ -1079,16 +1154,18 @@ register(Exercise(
                    "and check that every row sums to 1."),
         Check("queries at the ends of [0, 5] and in the middle, width 0.3", _local_boundary_calls, seed=1,
               rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
-              hint="at x = 0 and x = 5 every key lies on one side of the query; the line is fitted "
-                   "around the query and evaluated at the query."),
+              hint="this check compares (predictions, weights) at queries 0, 0.1, 2.5, 4.9 and 5 with width "
+                   "0.3: row i of weights holds K_j (S2 - u_j S1) / (S0 S2 - S1^2) with u_j = k_j - q_i, "
+                   "and predictions = weights @ values; the reason above names the item that differs."),
         Check("a straight line through unsorted keys is reproduced exactly", _local_line_calls, seed=2,
               rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
-              hint="the values of this check lie on the line 1.5 - 0.8 x, so the predictions must lie "
-                   "on it too, at every query."),
+              hint="this check's values lie on the line 1.5 - 0.8 x (25 unsorted keys, width 0.5): the "
+                   "predictions lie on that line, and the weights follow the contract's formula with rows "
+                   "summing to 1; the reason above names the item that differs."),
         Check("a non-positive width or keys and values of different lengths raise ValueError",
               _local_bad_calls, seed=0, must_mention=_local_mentions, weight=_ERROR_WEIGHT,
-              hint="calls 2 and 3 pass width 0 and a negative width (name width); call 4 keys and "
-                   "values of different lengths (name both)."),
+              hint="calls 1 and 2 pass width 0 and a negative width (name width); calls 3 to 5 keys and "
+                   "values of different lengths, not 1-D, or of length 1 (name both)."),
         Check("fresh data, width and queries (hidden)", _local_hidden_calls, public=False, seed=3,
               rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
               hint="a weighted line fitted around each query, its value at the query; weights sum to 1."),
@@ -1103,6 +1180,10 @@ register(Exercise(
         Mistake("slope term with the wrong sign", "the weights add u_i S1 where the formula subtracts "
                 "it, so the rows no longer sum to 1 and a straight line is not reproduced.",
                 _local_mistake(sign=-1.0)),
+        Mistake("kernel factor K_i left out", "your weights are (S2 - u_i S1) / (S0 S2 - S1^2) without the "
+                "kernel factor K_i, so keys far from the query weigh as much as near ones and the rows no "
+                "longer sum to 1.",
+                _local_no_kernel),
         Mistake("no width check", "a width of 0 or below must raise ValueError naming width.",
                 _local_mistake(validate=False)),
     ],

@@ -16,7 +16,12 @@ Conventions fixed by this chapter (stated in each exercise's contract):
   eval mode deterministic, ``p = 0`` equals eval mode, survivors scaled by ``1/(1-p)``
   with a fraction ``p`` zeroed, the mean of 40 seeded draws within 6 standard errors of
   the eval output, the spread of the draws that of dropout with drop probability ``p``,
-  and (ex3) with every value vector equal, rows that stay multiples of it.
+  and (ex3) with every value vector equal, rows that stay multiples of it. Independence
+  of the drops is checked too (``independent_along``): with uniform weights (ex2) no two
+  rows, columns or batch entries, and with a batch of two equal sequences (ex3) no two
+  sequences, may come out identical far more often than independent drops allow.
+* Integer sizes (ex1, ex4) are stated as Python ints in the contracts and not checked:
+  only sizes below 1 (and ex4's ``num_queries > num_keys``) must raise.
 * Kept mistakes include LLMs-from-scratch #431 (survivors scaled by ``1/p``) and a
   persistent float mask buffer; kept alternatives include dropout drawn with
   ``torch.rand_like(w) >= p``, d2l's ``dropout_layer``, ``torch.bernoulli`` in float64,
@@ -164,20 +169,30 @@ def _dropout_big_calls(seed):
 
 
 def _dropout_train_random_p_calls(seed):
+    # float64 weights: the draws keep the dtype of weights.
     g = torch.Generator().manual_seed(seed)
     p = round(0.2 + 0.2 * torch.rand((), generator=g).item(), 3)  # away from 0.5: 1/p differs from 1/(1-p)
-    return _dropout_draw_calls(_softmax_weights(g, 3, 7), p)
+    return _dropout_draw_calls(_softmax_weights(g, 3, 7).double(), p)
+
+
+def _dropout_uniform_calls(seed):
+    # Every weight equal (1/6) in a batch of 2: rows, columns and batch entries all have the same
+    # eval values, so any shared drop pattern shows as identical slices (see dropout_checks).
+    w = torch.full((2, 6, 6), 1.0 / 6)
+    return _dropout_draw_calls(w, 0.3)
 
 
 def _dropout_eval_calls(seed):
     g = torch.Generator().manual_seed(seed)
     return [Call(args=(_softmax_weights(g, 2, 5), 0.5), kwargs={"training": False}, call_seed=seed),
-            Call(args=(_softmax_weights(g, 1, 7), 0.1), kwargs={"training": False}, call_seed=seed)]
+            Call(args=(_softmax_weights(g, 1, 7), 0.1), kwargs={"training": False}, call_seed=seed),
+            Call(args=(_softmax_weights(g, 2, 4).double(), 0.3), kwargs={"training": False}, call_seed=seed)]
 
 
 def _dropout_p0_calls(seed):
     g = torch.Generator().manual_seed(seed)
-    return [Call(args=(_softmax_weights(g, 2, 6), 0.0), kwargs={"training": True}, call_seed=seed)]
+    return [Call(args=(_softmax_weights(g, 2, 6), 0.0), kwargs={"training": True}, call_seed=seed),
+            Call(args=(_softmax_weights(g, 2, 3).double(), 0.0), kwargs={"training": True}, call_seed=seed)]
 
 
 def _dropout_bad_calls(seed):
@@ -191,13 +206,19 @@ def _dropout_bad_calls(seed):
 _compare_dropout = dropout_compare(p_of=lambda call: call.args[1],
                                    is_train=lambda call: call.kwargs.get("training", True),
                                    elementwise=True)
+_compare_dropout_independent = dropout_compare(
+    p_of=lambda call: call.args[1], is_train=lambda call: call.kwargs.get("training", True),
+    elementwise=True, independent_along=(-1, -2, 0),
+    axis_names={-1: "columns (same key, different queries)", -2: "rows (same query, different keys)",
+                0: "batch entries"})
 
 
 class _DropoutVariant:
     """A wrong attention_dropout, wrong in one way only; validates p like the reference."""
 
-    def __init__(self, keep_is_p=False, scale="inverse", in_eval=False):
+    def __init__(self, keep_is_p=False, scale="inverse", in_eval=False, shared=None):
         self.keep_is_p, self.scale, self.in_eval = keep_is_p, scale, in_eval
+        self.shared = shared  # None, or the axis along which one draw is shared: "row", "column", "batch"
 
     def __call__(self, weights, p, training=True):
         if not 0.0 <= p < 1.0:
@@ -205,7 +226,14 @@ class _DropoutVariant:
         if (not training and not self.in_eval) or p == 0:
             return weights.clone()
         keep_prob = p if self.keep_is_p else 1.0 - p
-        keep = torch.rand_like(weights) < keep_prob
+        shape = list(weights.shape)
+        if self.shared == "row":
+            shape[-1] = 1
+        elif self.shared == "column":
+            shape[-2] = 1
+        elif self.shared == "batch":
+            shape = shape[-2:]
+        keep = (torch.rand(shape, dtype=weights.dtype) < keep_prob).expand_as(weights)
         factor = {"inverse": 1.0 / keep_prob, "none": 1.0, "same": keep_prob, "one_over_p": 1.0 / p}[self.scale]
         return weights * keep * factor
 
@@ -262,8 +290,14 @@ register(Exercise(
               hint="this check compares 40 training-mode draws (each with its own seed) with eval mode: "
                    "which entries are zero, by which factor the others were multiplied, and whether their "
                    "mean approaches the unchanged weights."),
-        Check("eval mode returns the weights unchanged", _dropout_eval_calls,
-              hint="this check calls your function with training=False and compares with the weights."),
+        Check("uniform weights (2 x 6 x 6), p=0.3: each weight dropped on its own",
+              _dropout_uniform_calls, compare=_compare_dropout_independent,
+              hint="this check passes weights that are all equal (1/6) and compares 40 training-mode draws "
+                   "with eval mode: besides the zeros, the factor and the mean, no two rows, columns or batch "
+                   "entries may share one drop pattern, because each weight is zeroed independently."),
+        Check("eval mode returns the weights unchanged (float32 and float64)", _dropout_eval_calls,
+              hint="this check calls your function with training=False, also on float64 weights, and "
+                   "compares with the weights: same values, dtype and shape."),
         Check("p outside [0, 1) raises ValueError showing the value of p", _dropout_bad_calls, weight=0.5,
               must_mention=lambda call: [repr(call.args[1])],
               hint="this check passes p = 1.0, -0.25 and (in eval mode) 1.5: validate p in both modes and "
@@ -271,11 +305,13 @@ register(Exercise(
         Check("4 x 32 x 32 weights, p=0.3: fraction of zeros and the common factor (hidden)", _dropout_big_calls,
               public=False, compare=_compare_dropout,
               hint="this check measures the fraction of zeroed weights and the factor of the kept ones."),
-        Check("training mode with another p (hidden)", _dropout_train_random_p_calls, public=False,
-              compare=_compare_dropout,
-              hint="this check repeats the 40-draw comparison with another p."),
+        Check("training mode with another p, float64 weights (hidden)", _dropout_train_random_p_calls,
+              public=False, compare=_compare_dropout,
+              hint="this check repeats the 40-draw comparison with another p on float64 weights; the "
+                   "draws keep the dtype of weights."),
         Check("p=0 in training mode changes nothing (hidden)", _dropout_p0_calls, public=False,
-              hint="this check calls your function with p=0 in training mode and compares with the weights."),
+              hint="this check calls your function with p=0 in training mode (float32 and float64 weights) "
+                   "and compares with the weights: same values, dtype and shape."),
     ],
     mistakes=[
         Mistake("no rescaling",
@@ -297,6 +333,23 @@ register(Exercise(
                 "dropout is still applied when training is False; in eval mode the weights must pass "
                 "through unchanged.",
                 _DropoutVariant(in_eval=True)),
+        Mistake("one draw per query row",
+                "one random draw was shared by a whole row of weights (a mask of shape (..., num_queries, 1) "
+                "broadcast over the keys), so a query keeps or loses all its weights at once; each weight "
+                "is dropped on its own.",
+                _DropoutVariant(shared="row")),
+        Mistake("one draw per key column",
+                "one random draw was shared by a whole column of weights (a mask of shape "
+                "(..., 1, num_keys)), so a key is dropped for every query at once; each weight is dropped "
+                "on its own.",
+                _DropoutVariant(shared="column")),
+        Mistake("one mask shared by the batch",
+                "one (num_queries, num_keys) mask was drawn and shared by every batch entry; each weight "
+                "of each batch entry is dropped on its own (draw a mask of the full shape of weights).",
+                _DropoutVariant(shared="batch")),
+        Mistake("float32 output for float64 weights",
+                "the result is float32 although the weights are float64; return the dtype of weights.",
+                lambda weights, p, training=True: attention_dropout(weights.float(), p, training)),
         Mistake("no validation of p",
                 "p = 1 (or a negative p) must raise ValueError naming p: with p = 1 every weight is "
                 "dropped and the rescaling factor is infinite.",
@@ -424,6 +477,16 @@ def _attn_equal_values_calls(seed):
     return _attn_draws(d_in, d_out, ctx, 0.4, state, torch.randn(2, ctx, d_in, generator=g), bias=True)
 
 
+def _attn_twin_calls(seed):
+    # A batch of two equal sequences: eval mode gives them equal outputs, and their training draws
+    # must differ (each sequence draws its own dropout on its own attention weights).
+    g = torch.Generator().manual_seed(seed)
+    d_in, d_out, ctx = 4, 3, 6
+    state = _attn_state(g, d_in, d_out)
+    x = torch.randn(1, ctx, d_in, generator=g).expand(2, ctx, d_in).clone()
+    return _attn_draws(d_in, d_out, ctx, 0.4, state, x)
+
+
 def _attn_train_hidden_calls(seed):
     g = torch.Generator().manual_seed(seed)
     d_in, d_out = (int(v) for v in torch.randint(2, 6, (2,), generator=g))
@@ -434,14 +497,19 @@ def _attn_train_hidden_calls(seed):
 
 
 _compare_attn_dropout = dropout_compare(p_of=lambda call: call.init_args[3], is_train=lambda call: call.train)
+_compare_attn_dropout_twins = dropout_compare(
+    p_of=lambda call: call.init_args[3], is_train=lambda call: call.train, independent_along=(0,),
+    axis_names={0: "sequences of the batch"})
 _compare_attn_dropout_rows = dropout_compare(
     p_of=lambda call: call.init_args[3], is_train=lambda call: call.train,
     proportional_to=lambda call: call.state_dict["W_value.bias"])
 
 
 def _attn_too_long_calls(seed):
+    # No state_dict: the module's own initial parameters will do, so nothing but the length check
+    # decides this check (a persistent buffer, say, does not make loading fail here).
     g = torch.Generator().manual_seed(seed)
-    return [Call(init_args=(3, 2, 4, 0.0), init_seed=seed, strict_state=True, state_dict=_attn_state(g, 3, 2), train=False,
+    return [Call(init_args=(3, 2, 4, 0.0), init_seed=seed, train=False,
                  call_seed=seed, args=(torch.randn(1, 6, 3, generator=g),))]
 
 
@@ -457,16 +525,18 @@ def _attn_hidden_calls(seed):
 
 
 def _variant(after_softmax=False, diagonal=1, sliced=True, scaled=True, persistent=False,
-             dropout_on="weights", length_check=True, functional_dropout=False, float_mask=False):
+             dropout_on="weights", length_check=True, functional_dropout=False, float_mask=False,
+             ignore_bias=False, batch_shared_mask=False):
     """Build a CausalAttention that is wrong in exactly the ways switched on."""
 
     class Variant(nn.Module):
         def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
             super().__init__()
             self.context_length, self.p = context_length, dropout
-            self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-            self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-            self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+            bias = False if ignore_bias else qkv_bias
+            self.W_query = nn.Linear(d_in, d_out, bias=bias)
+            self.W_key = nn.Linear(d_in, d_out, bias=bias)
+            self.W_value = nn.Linear(d_in, d_out, bias=bias)
             self.dropout = nn.Dropout(dropout)
             mask = torch.ones(context_length, context_length, dtype=torch.bool).triu(diagonal)
             self.register_buffer("mask", mask.float() if float_mask else mask, persistent=persistent)
@@ -484,7 +554,10 @@ def _variant(after_softmax=False, diagonal=1, sliced=True, scaled=True, persiste
                 weights = torch.softmax(scores, dim=-1).masked_fill(mask, 0.0)
             else:
                 weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-            if dropout_on == "weights":
+            if dropout_on == "weights" and batch_shared_mask:
+                if self.training:
+                    weights = weights * self.dropout(torch.ones(weights.shape[-2:]))
+            elif dropout_on == "weights":
                 weights = F.dropout(weights, self.p) if functional_dropout else self.dropout(weights)
             context = weights @ values
             if dropout_on == "context":
@@ -581,7 +654,9 @@ register(Exercise(
               hint="this check passes sequences shorter than context_length, with given projections."),
         Check("changing only later tokens leaves earlier outputs unchanged", _attn_future_calls,
               compare=_compare_future,
-              hint="every output may depend only on its own token and the tokens before it."),
+              hint="this check runs two inputs that agree in tokens 0 to 2 (given projections, eval mode) "
+                   "and compares both outputs with the reference's: outputs 0 to 2 must be the same for "
+                   "both inputs, and every output must match; the reason above says which differs."),
         Check("training mode, dropout=0.25: 40 seeded draws against eval mode (and dropout=0)",
               _attn_train_calls, compare=_compare_attn_dropout,
               hint="this check compares 40 training-mode outputs (each with its own seed) with eval mode: "
@@ -589,12 +664,20 @@ register(Exercise(
                    "probability p on the attention weights, and dropout=0 must change nothing."),
         Check("training mode with every value vector equal: dropout acts on the attention weights",
               _attn_equal_values_calls, compare=_compare_attn_dropout_rows,
-              hint="this check makes every value vector the same vector b (W_value = 0, bias b): where "
-                   "dropout acts on the attention weights, each output row is a multiple of b."),
+              hint="this check builds the module with qkv_bias=True and loads W_value = 0 with a bias b, so "
+                   "every value vector is b: eval mode gives rows equal to b, and with dropout on the "
+                   "attention weights each training-mode row is a multiple of b."),
+        Check("training mode, a batch of two equal sequences: each draws its own dropout",
+              _attn_twin_calls, compare=_compare_attn_dropout_twins,
+              hint="this check passes two equal sequences in one batch and compares 40 training-mode "
+                   "draws with eval mode: the two outputs agree in eval mode, and in training mode each "
+                   "sequence's attention weights are dropped independently, so the two outputs of a draw "
+                   "are almost never identical."),
         Check("num_tokens > context_length raises ValueError naming both", _attn_too_long_calls,
               must_mention=["num_tokens", "context_length"], weight=0.5,
-              hint="this check passes 6 tokens to a module with context_length=4: compare num_tokens with "
-                   "context_length at the start of forward and name both in the ValueError."),
+              hint="this check passes 6 tokens to a module with context_length=4 (its own initial "
+                   "parameters, eval mode): forward must raise ValueError naming num_tokens and "
+                   "context_length."),
         Check("training mode, random sizes and p, with qkv_bias=True (hidden)", _attn_train_hidden_calls,
               public=False, compare=_compare_attn_dropout,
               hint="this check repeats the 40-draw comparison with other sizes and another p."),
@@ -632,8 +715,17 @@ register(Exercise(
                 _variant(functional_dropout=True)),
         Mistake("no length check",
                 "an input longer than context_length must raise ValueError naming num_tokens and "
-                "context_length before any computation.",
+                "context_length.",
                 _variant(length_check=False)),
+        Mistake("qkv_bias ignored",
+                "the projections were created without bias even with qkv_bias=True, so the given "
+                "state_dict's bias entries do not load; pass bias=qkv_bias to the three nn.Linear layers.",
+                _variant(ignore_bias=True)),
+        Mistake("one dropout mask shared by the batch",
+                "one (num_tokens, num_tokens) dropout mask was drawn and applied to every sequence of the "
+                "batch; dropout must act on each sequence's attention weights independently (apply it to "
+                "the (batch, num_tokens, num_tokens) weights).",
+                _variant(batch_shared_mask=True)),
     ],
     alternatives=[
         Alternative("keys first, float mask, dropout by hand", "layers created key, value, query; "
