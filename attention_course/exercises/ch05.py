@@ -659,7 +659,8 @@ register(Exercise(
                    "both inputs, and every output must match; the reason above says which differs."),
         Check("training mode, dropout=0.25: 40 seeded draws against eval mode (and dropout=0)",
               _attn_train_calls, compare=_compare_attn_dropout,
-              hint="this check compares 40 training-mode outputs (each with its own seed) with eval mode: "
+              hint="this check compares the eval-mode output (given projections) with the reference's, then "
+                   "40 training-mode outputs (each with its own seed) with eval mode: "
                    "their mean must approach the eval output, their spread must be that of dropout with "
                    "probability p on the attention weights, and dropout=0 must change nothing."),
         Check("training mode with every value vector equal: dropout acts on the attention weights",
@@ -669,8 +670,9 @@ register(Exercise(
                    "attention weights each training-mode row is a multiple of b."),
         Check("training mode, a batch of two equal sequences: each draws its own dropout",
               _attn_twin_calls, compare=_compare_attn_dropout_twins,
-              hint="this check passes two equal sequences in one batch and compares 40 training-mode "
-                   "draws with eval mode: the two outputs agree in eval mode, and in training mode each "
+              hint="this check passes two equal sequences in one batch (given projections), compares the "
+                   "eval-mode output with the reference's, then 40 training-mode draws with eval mode: "
+                   "the two outputs agree in eval mode, and in training mode each "
                    "sequence's attention weights are dropped independently, so the two outputs of a draw "
                    "are almost never identical."),
         Check("num_tokens > context_length raises ValueError naming both", _attn_too_long_calls,
