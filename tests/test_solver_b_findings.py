@@ -102,12 +102,13 @@ def test_dropout_in_the_wrong_place_is_caught_and_named(where, mistake):
         assert _failures("ch06_ex3", _student_mha(where), seed), seed
 
 
-def test_placement_check_accepts_reference_and_alternatives_over_40_seeds():
-    """No false failure: the reference and every kept alternative, 40 seeds of the check."""
+def test_placement_check_accepts_reference_and_alternatives_over_8_seeds():
+    """No false failure: the reference and every kept alternative, 8 seeds of the check (45 seeds
+    were measured when the check was written, without a failure; 8 keep the suite short)."""
     ex = get_exercise("ch06_ex3")
     check = next(c for c in ex.checks if c.name == _PLACEMENT_CHECK)
     impls = [ex.reference] + [a.impl for a in ex.alternatives] + [_student_mha("weights")]
-    for seed in range(40):
+    for seed in range(8):
         calls = check.make_calls(1000 + 37 * seed)
         want = outcomes_for(ex.reference, calls, "class")
         for impl in impls:
