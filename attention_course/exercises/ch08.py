@@ -166,7 +166,9 @@ def _mask_edge_calls(seed):
 
 
 def _mask_bad_calls(seed):
-    return [Call(args=(torch.tensor([[3, 2]]), 3)), Call(args=(torch.tensor([2, 5]), 4)),
+    # Not 1-D: a row (1, 2), a column (2, 1) and a 0-d tensor; out of range: above num_tokens, negative.
+    return [Call(args=(torch.tensor([[3, 2]]), 3)), Call(args=(torch.tensor([[2], [3]]), 3)),
+            Call(args=(torch.tensor(3), 3)), Call(args=(torch.tensor([2, 5]), 4)),
             Call(args=(torch.tensor([2, -1]), 4))]
 
 
@@ -182,11 +184,15 @@ def _mask_hidden_calls(seed):
 def _mask_hidden_bad_calls(seed):
     g = _gen(seed)
     n = _randint(g, 2, 8)
-    return [Call(args=(torch.tensor([n, n + _randint(g, 1, 3)]), n))]
+    return [Call(args=(torch.tensor([n, n + _randint(g, 1, 3)]), n)),
+            Call(args=(torch.tensor([-_randint(g, 1, 3), n]), n)),
+            Call(args=(torch.full((_randint(g, 2, 4), 1), n), n))]
 
 
 def _mask_mention(call):
     lens = call.args[0]
+    if lens.dim() == 0:
+        return ["tgt_lens"]     # a 0-d shape prints as nothing in some forms ("x".join): the name suffices
     if lens.dim() != 1:
         return ["tgt_lens", tuple(lens.shape)]
     return ["tgt_lens", str(call.args[1])]
@@ -194,8 +200,10 @@ def _mask_mention(call):
 
 _MASK_HINT = ("entry [b, i, j] is True when key j lies in the future of query i (j > i) or in the padding "
               "of sequence b (j >= tgt_lens[b]); the padding condition depends on the key index only.")
-_MASK_ERROR_HINT = ("check that tgt_lens is 1-D and that every length lies in [0, num_tokens] before building "
-                    "the mask; name tgt_lens, and its shape or num_tokens's value, in the message.")
+_MASK_ERROR_HINT = ("these calls pass a tgt_lens that is not 1-D (a row, a (batch, 1) column, a 0-d tensor) "
+                    "or that holds a length outside [0, num_tokens] (above it, or negative); each must raise "
+                    "ValueError, its message naming tgt_lens and giving its shape (not 1-D) or the value of "
+                    "num_tokens (out of range).")
 
 register(Exercise(
     label="ch08_ex1", title="The decoder's combined padding and causal mask", name="decoder_self_mask",
@@ -204,10 +212,12 @@ register(Exercise(
         Check("3 targets of lengths 5, 3 and 1 padded to 5 tokens", _mask_main_calls, hint=_MASK_HINT),
         Check("unpadded targets (the plain causal mask), an empty target, a single token", _mask_edge_calls,
               hint=_MASK_HINT),
-        Check("tgt_lens not 1-D or out of range raises ValueError naming it", _mask_bad_calls,
+        Check("tgt_lens not 1-D (a row, a column, 0-d) or out of range (too large, negative) raises ValueError "
+              "naming it", _mask_bad_calls,
               must_mention=_mask_mention, hint=_MASK_ERROR_HINT, weight=0.5),
         Check("random batches and lengths (hidden)", _mask_hidden_calls, public=False, hint=_MASK_HINT),
-        Check("a length above num_tokens (hidden)", _mask_hidden_bad_calls, public=False,
+        Check("a length above num_tokens, a negative length, a (batch, 1) column (hidden)",
+              _mask_hidden_bad_calls, public=False,
               must_mention=_mask_mention, hint=_MASK_ERROR_HINT, weight=0.25),
     ],
     mistakes=[
@@ -293,7 +303,7 @@ class CrossAttention(nn.Module):
 
 
 def _cross_variant(keys_from_queries=False, scale_by="head_dim", mask="keys", fill=float("-inf"),
-                   zero_empty=True, use_out_proj=True, check_mask=True):
+                   zero_empty=True, use_out_proj=True, check_mask=True, merge="transpose"):
     class _Cross(CrossAttention):
         def forward(self, x, memory, key_padding_mask):
             batch, num_queries, d_model = x.shape
@@ -310,11 +320,16 @@ def _cross_variant(keys_from_queries=False, scale_by="head_dim", mask="keys", fi
                 hidden = ~hidden
             if mask == "none":
                 weights = torch.softmax(scores, dim=-1)
+            elif mask == "after softmax":          # hidden keys zeroed, the rest not renormalised
+                weights = torch.softmax(scores, dim=-1).masked_fill(hidden, 0.0)
             else:
                 weights = torch.softmax(scores.masked_fill(hidden, fill), dim=-1)
                 if zero_empty:
                     weights = weights.masked_fill(hidden, 0.0)
-            context = (weights @ v).transpose(1, 2).reshape(batch, num_queries, d_model)
+            if merge == "transpose":
+                context = (weights @ v).transpose(1, 2).reshape(batch, num_queries, d_model)
+            else:                                  # (batch, heads, queries, head_dim) read as if heads came last
+                context = (weights @ v).reshape(batch, num_queries, d_model)
             return (self.out_proj(context) if use_out_proj else context), weights
     return _Cross
 
@@ -506,9 +521,11 @@ def _cross_hidden_calls(seed):
                  grads_of=(0, 1))]
 
 
-_CROSS_HINT = ("queries come from x, keys and values from memory, each through its own projection; split "
-               "them into heads, scale each head's scores by the square root of head_dim, hide the padded "
-               "keys before the softmax over the keys, merge the heads and apply out_proj.")
+_CROSS_HINT = ("the output and the weights (batch, num_heads, num_queries, num_keys) are compared: queries "
+               "come from x, keys and values from memory, each through its own projection; each is split "
+               "into heads, each head's scores are scaled by the square root of head_dim, the padded keys "
+               "are hidden before the softmax over the keys, and the heads' results are merged back in "
+               "order (feature h * head_dim + i from head h) and passed through out_proj.")
 
 register(Exercise(
     label="ch08_ex2", title="Cross-attention with a key padding mask", name="CrossAttention",
@@ -520,8 +537,10 @@ register(Exercise(
               hint=_CROSS_HINT),
         Check("a source that is all padding: zero weights, no NaN, gradients for x and memory",
               _cross_empty_calls,
-              hint="a query with no valid key must get weights of exactly 0 (not NaN, not uniform), and "
-                   "the gradients must stay finite."),
+              hint="this check compares the output, the weights and the gradients for x and memory on a "
+                   "batch whose second source is all padding (source lengths 3 and 0): the first sequence "
+                   "is computed as in the checks above, and every query of the second gets all-zero weights "
+                   "(so its output is out_proj's bias), with no NaN in the forward or the backward pass."),
         Check("a key_padding_mask of the wrong shape raises ValueError naming it and its shape",
               _cross_bad_calls, must_mention=lambda call: ["key_padding_mask", tuple(call.args[2].shape)],
               hint="compare key_padding_mask.shape with (batch, num_keys) before using it; name "
@@ -552,6 +571,16 @@ register(Exercise(
         Mistake("out_proj not applied",
                 "the merged heads still go through the output projection out_proj.",
                 _cross_variant(use_out_proj=False)),
+        Mistake("padding zeroed after the softmax",
+                "your weights match a softmax over every key whose padded entries are set to 0 afterwards, "
+                "so the valid keys' weights no longer sum to 1: hide the padded keys before the softmax "
+                "(their scores at -inf), so that the weights are renormalised over the valid keys.",
+                _cross_variant(mask="after softmax")),
+        Mistake("heads merged without moving the heads axis back",
+                "your output matches reshaping (batch, num_heads, num_queries, head_dim) straight to "
+                "(batch, num_queries, d_model): move the heads axis next to head_dim first (transpose(1, 2)) "
+                "so that feature h * head_dim + i of query q comes from head h.",
+                _cross_variant(merge="reshape")),
     ],
     alternatives=[
         Alternative("package layer", "subclasses the chapter's tf.MaskedMultiHeadAttention (Chapter 6's "
@@ -623,10 +652,13 @@ class DecoderBlock(nn.Module):
 
 
 def _block_variant(order="pre", norm_memory=False, use_self_mask=True, norm_cross_queries=True,
-                   cross_first=False):
+                   cross_first=False, add_causal=False):
     class _Block(DecoderBlock):
         def forward(self, x, memory, self_mask, key_padding_mask):
             smask = self_mask[:, None] if use_self_mask else torch.zeros((), dtype=torch.bool)
+            if add_causal:              # a causal mask of its own, OR-ed onto the given self_mask
+                n = x.shape[1]
+                smask = smask | torch.ones(n, n, dtype=torch.bool).triu(1)
             pad = key_padding_mask[:, None, None, :]
 
             def self_part(x):
@@ -814,11 +846,18 @@ def _block_state(g, d_model, d_ff):
     return state
 
 
-def _block_call(g, seed, batch, tgt_len, src_len, d_model, heads, d_ff, tgt_lens, src_lens, **extra):
+def _padding_self_mask(tgt_lens, tgt_len):
+    """A self_mask that is not causal: (batch, tgt_len, tgt_len), True at the padded keys only."""
+    return _kpm(tgt_lens, tgt_len)[:, None, :].expand(-1, tgt_len, -1).clone()
+
+
+def _block_call(g, seed, batch, tgt_len, src_len, d_model, heads, d_ff, tgt_lens, src_lens, causal=True,
+                **extra):
     x = 2.0 * torch.randn(batch, tgt_len, d_model, generator=g) + 1.0
     memory = torch.randn(batch, src_len, d_model, generator=g)
+    self_mask = tf.decoder_self_mask(tgt_lens, tgt_len) if causal else _padding_self_mask(tgt_lens, tgt_len)
     return Call(init_args=(d_model, heads, d_ff), init_seed=seed, state_dict=_block_state(g, d_model, d_ff),
-                args=(x, memory, tf.decoder_self_mask(tgt_lens, tgt_len), _kpm(src_lens, src_len)), **extra)
+                args=(x, memory, self_mask, _kpm(src_lens, src_len)), **extra)
 
 
 def _block_main_calls(seed):
@@ -838,17 +877,30 @@ def _block_causal_calls(seed):
     return [_block_call(g, seed, 1, 6, 3, 4, 1, 8, torch.tensor([6]), torch.tensor([3]))]
 
 
+def _block_not_causal_calls(seed):
+    g = _gen(seed)
+    return [_block_call(g, seed, 2, 5, 4, 6, 2, 10, torch.tensor([5, 3]), torch.tensor([4, 2]), causal=False)]
+
+
 def _block_hidden_calls(seed):
     g = _gen(seed)
     heads, head_dim = _randint(g, 1, 3), _randint(g, 2, 3)
     d_model, batch = heads * head_dim, _randint(g, 1, 3)
     tgt_len, src_len = _randint(g, 2, 6), _randint(g, 2, 6)
-    return [_block_call(g, seed, batch, tgt_len, src_len, d_model, heads, _randint(g, 4, 12),
-                        _lens(g, batch, tgt_len), _lens(g, batch, src_len), grads_of=(0, 1))]
+    calls = [_block_call(g, seed, batch, tgt_len, src_len, d_model, heads, _randint(g, 4, 12),
+                         _lens(g, batch, tgt_len), _lens(g, batch, src_len), grads_of=(0, 1))]
+    # the same sizes with a self_mask that is not causal (padding only): the block uses self_mask as given
+    calls.append(_block_call(g, seed, batch, tgt_len, src_len, d_model, heads, _randint(g, 4, 12),
+                             _lens(g, batch, tgt_len), _lens(g, batch, src_len), causal=False))
+    return calls
 
 
-_BLOCK_HINT = ("pre-LN: each of the three sublayers (self-attention with self_mask, cross-attention over "
-               "memory with key_padding_mask, feed-forward) reads norm_k(x) and adds its output to x itself.")
+_BLOCK_HINT = ("the output (batch, tgt_len, d_model) is compared. Pre-LN: each of the three sublayers "
+               "(self-attention hiding what self_mask marks True, cross-attention over memory with "
+               "key_padding_mask, feed-forward) reads norm_k(x) and adds its output to x itself.")
+_BLOCK_NOT_CAUSAL_HINT = ("here self_mask is not causal: it hides the padded keys only, so a query may attend to "
+                          "later valid keys. The self-attention hides exactly the pairs self_mask marks True, "
+                          "nothing more; the rest is compared as in the checks above.")
 
 register(Exercise(
     label="ch08_ex3", title="A pre-LN decoder block", name="DecoderBlock",
@@ -859,8 +911,10 @@ register(Exercise(
         Check("3 heads: gradients with respect to x and memory", _block_grad_calls, hint=_BLOCK_HINT),
         Check("one head, a target of 6 tokens without padding (the plain causal mask)", _block_causal_calls,
               hint=_BLOCK_HINT),
-        Check("random sizes and lengths, with gradients (hidden)", _block_hidden_calls, public=False,
-              hint=_BLOCK_HINT),
+        Check("a self_mask that is not causal (padding only): the block uses self_mask as given",
+              _block_not_causal_calls, hint=_BLOCK_NOT_CAUSAL_HINT),
+        Check("random sizes and lengths, with gradients; a causal and a padding-only self_mask (hidden)",
+              _block_hidden_calls, public=False, hint=_BLOCK_HINT),
     ],
     mistakes=[
         Mistake("post-LN",
@@ -876,8 +930,14 @@ register(Exercise(
                 "norm2 acts on the decoder's stream only, the queries of the cross-attention.",
                 _block_variant(norm_memory=True)),
         Mistake("self_mask ignored",
-                "the self-attention must hide what self_mask marks True (the future and the padding).",
+                "your output matches a self-attention that hides nothing: it must hide exactly the pairs "
+                "self_mask marks True.",
                 _block_variant(use_self_mask=False)),
+        Mistake("a causal mask added to self_mask",
+                "your output matches a block that hides the future on top of self_mask; the block receives "
+                "its mask ready-made and hides exactly what self_mask marks True (here the padding only, "
+                "so a query may attend to later valid keys).",
+                _block_variant(add_causal=True)),
         Mistake("cross-attention queries not normalised",
                 "the cross-attention's queries are norm2(x), not x.",
                 _block_variant(norm_cross_queries=False)),
@@ -1090,22 +1150,91 @@ def _shapes_hidden_calls(seed):
     return calls
 
 
-_SHAPES_HINT = ("follow one batch through the model: queries come from the target, keys from the source; "
-                "each head works on d_model // num_heads features; count every weight and bias, the layer "
-                "norms (two per encoder block, three per decoder block, one after each stack) included.")
+def _as_tuple_values(value):
+    """Shapes given as lists compare like tuples in the value checks: the container's type is the
+    business of the type check, so that a list is treated like a float or a tensor (one plain reason)."""
+    if isinstance(value, dict) and "__list__" in value:
+        return {"__seq__": value["__list__"]}
+    return value
+
+
+def _compare_shape_values(got, want, calls):
+    """The values of the dict (shapes and count), whatever the type of the containers and numbers."""
+    from ..checking import compare_outcome
+    for i, (g, w, c) in enumerate(zip(got, want, calls)):
+        if g.get("status") == "ok" and isinstance(g.get("value"), dict) and "__dict__" in g["value"]:
+            g = dict(g, value={"__dict__": {k: _as_tuple_values(v) for k, v in g["value"]["__dict__"].items()}})
+        reason = compare_outcome(g, w, _SHAPE_VALUES, c)
+        if reason:
+            return reason if len(calls) == 1 else f"call {i + 1} of {len(calls)}: {reason}"
+    return None
+
+
+def _describe_plain(value):
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, dict) and "__list__" in value:
+        return "a list"
+    if isinstance(value, dict) and "__unsupported__" in value:
+        return f"a {value['__unsupported__']}"
+    return f"{type(value).__name__} {value!r}"[:60]
+
+
+def _compare_shape_types(got, want, calls):
+    """num_parameters an int, every shape a tuple (or torch.Size) of ints; the values are the
+    business of the other checks."""
+    from ..checking import compare_outcome
+    for g, w, c in zip(got, want, calls):
+        if g.get("status") != "ok" or not (isinstance(g.get("value"), dict) and "__dict__" in g["value"]):
+            reason = compare_outcome(g, w, _SHAPE_VALUES, c)
+            if reason:
+                return reason
+            continue
+        values = g["value"]["__dict__"]
+        for key in _SHAPE_KEYS:
+            if key not in values:
+                continue            # a missing key is reported by the value checks
+            value = values[key]
+            if key == "num_parameters":
+                if type(value) is not int:
+                    return (f"result['num_parameters'] is {_describe_plain(value)}; the contract asks for a "
+                            f"Python int")
+                continue
+            if not (isinstance(value, dict) and "__seq__" in value):
+                return f"result[{key!r}] is {_describe_plain(value)}; the contract asks for a tuple of ints"
+            for item in value["__seq__"]:
+                if type(item) is not int:
+                    return (f"result[{key!r}] holds {_describe_plain(item)}; the contract asks for a tuple of "
+                            f"Python ints")
+    return None
+
+
+_SHAPE_VALUES = Check("shape values", lambda seed: [], hint="")     # rtol/atol for compare_outcome only
+
+
+_SHAPES_HINT = ("every shape and num_parameters are compared with those of tf.Transformer's forward pass: "
+                "queries come from the target, keys from the source; the weights are in the layout (batch, "
+                "heads, queries, keys) and queries_per_head in (batch, heads, queries, head_dim), with "
+                "head_dim = d_model // num_heads; the count includes every weight and bias, the layer norms "
+                "(two per encoder block, three per decoder block, one after each stack) included.")
+_SHAPES_TYPE_HINT = ("num_parameters must be a Python int (not a float or a tensor), and every shape a tuple "
+                     "of Python ints (a torch.Size is one; a list, floats or tensors are not).")
 
 register(Exercise(
     label="ch08_ex4", title="Shapes through an encoder-decoder forward pass", name="encoder_decoder_shapes",
     reference=encoder_decoder_shapes, points=2,
     checks=[
         Check("batch 2, source 7, target 5, d_model=8, 2 heads, d_ff=16, 2 layers, vocabularies 20 and 12",
-              _shapes_main_calls, hint=_SHAPES_HINT),
+              _shapes_main_calls, hint=_SHAPES_HINT, compare=_compare_shape_values),
+        Check("num_parameters is an int and every shape a tuple of ints (same call)", _shapes_main_calls,
+              hint=_SHAPES_TYPE_HINT, compare=_compare_shape_types, weight=0.25),
         Check("target longer than source, 4 heads, 1 layer; a one-token source and target, 3 layers",
-              _shapes_other_calls, hint=_SHAPES_HINT),
+              _shapes_other_calls, hint=_SHAPES_HINT, compare=_compare_shape_values),
         Check("d_model=10 with num_heads=4 raises ValueError naming both", _shapes_bad_calls,
               must_mention=["d_model", "num_heads", "10", "4"],
               hint="check d_model % num_heads first; name d_model and num_heads with their values.", weight=0.5),
-        Check("random sizes (hidden)", _shapes_hidden_calls, public=False, hint=_SHAPES_HINT),
+        Check("random sizes (hidden)", _shapes_hidden_calls, public=False, hint=_SHAPES_HINT,
+              compare=_compare_shape_values),
     ],
     mistakes=[
         Mistake("cross-attention over the target",
@@ -1121,6 +1250,11 @@ register(Exercise(
         Mistake("heads d_model wide",
                 "each head works on d_model // num_heads features, not d_model.",
                 _shapes_variant(queries_per_head=lambda s, v: v[:3] + (s["d_model"],))),
+        Mistake("queries_per_head before the transpose",
+                "your queries_per_head is (batch, tgt_len, num_heads, head_dim), the layout right after the "
+                "view that splits d_model; the contract asks for the layout in which each head's scores are "
+                "computed, (batch, num_heads, tgt_len, head_dim), heads before queries as in the weights.",
+                _shapes_variant(queries_per_head=lambda s, v: (v[0], v[2], v[1], v[3]))),
         Mistake("biases and norms not counted",
                 "the parameter count must include every bias (out_proj, both FFN layers, the output layer) "
                 "and the layer norms' weights and biases.",
@@ -1167,7 +1301,8 @@ class GreedyTransformer(tf.Transformer):
         return tokens, weights
 
 
-def _greedy_variant(reencode=False, row="last", pad_after_eos=True, logits_at="last", head_mean=False):
+def _greedy_variant(reencode=False, row="last", pad_after_eos=True, logits_at="last", head_mean=False,
+                    eos_step_cleared=False):
     class _Greedy(tf.Transformer):
         def greedy_decode(self, src, src_lens, max_len):
             memory = None if reencode else self.encode(src, src_lens)
@@ -1183,6 +1318,8 @@ def _greedy_variant(reencode=False, row="last", pad_after_eos=True, logits_at="l
                 rows = cross[:, :, :, -1 if row == "last" else 0]
                 if head_mean:
                     rows = rows.mean(dim=2, keepdim=True).expand_as(rows)
+                if eos_step_cleared:        # finished updated before the step is written: <eos> itself cleared
+                    finished = finished | (new == 2)
                 if pad_after_eos:
                     new_out = new.masked_fill(finished, 0)
                     rows = rows.masked_fill(finished[:, None, None, None], 0.0)
@@ -1329,10 +1466,13 @@ def _greedy_hidden_calls(seed):
                          eos_bias=1.5)]
 
 
-_GREEDY_HINT = ("encode once, start every sequence from <bos> (index 1), and at step i decode the whole "
-                "prefix, take the argmax of the last position's logits and keep the cross-attention weights "
-                "of that last position (every layer and head); after a sequence's first <eos>, its tokens "
-                "are 0 and its weight rows zeros.")
+_GREEDY_HINT = ("tokens (batch, max_len), torch.long, and weights (batch, num_layers, num_heads, max_len, "
+                "src_len), float32, are compared: every sequence starts from <bos> (index 1); at step i the "
+                "whole prefix is decoded, token i is the argmax of the last position's logits and row i the "
+                "cross-attention weights of that last position (every layer and head); the step that emits "
+                "<eos> keeps it and its row, the steps after it are 0 and zeros.")
+_GREEDY_ONCE_HINT = ("the model is built with max_encodes=1, so a second call of self.encode raises "
+                     "RuntimeError; apart from that, this check compares as the others: " + _GREEDY_HINT)
 
 register(Exercise(
     label="ch08_ex5", title="Greedy decoding that caches the encoder output", name="GreedyTransformer",
@@ -1341,7 +1481,7 @@ register(Exercise(
         Check("3 sources, 7 steps, 2 layers of 2 heads: tokens and cross-attention weights", _greedy_main_calls,
               hint=_GREEDY_HINT),
         Check("the source is encoded once (the model allows one call of encode)", _greedy_encode_once_calls,
-              hint="call self.encode once before the loop and pass its output to self.decode at every step."),
+              hint=_GREEDY_ONCE_HINT),
         Check("4 sources that emit <eos> early: zeros after it", _greedy_eos_calls, hint=_GREEDY_HINT),
         Check("random sizes, encoded once (hidden)", _greedy_hidden_calls, public=False, hint=_GREEDY_HINT),
     ],
@@ -1350,6 +1490,11 @@ register(Exercise(
                 "the memory does not change while decoding: encode the source once, before the loop, and "
                 "reuse it at every step.",
                 _greedy_variant(reencode=True)),
+        Mistake("<eos> step cleared too",
+                "your tokens and weights match a loop that marks a sequence finished before writing the step "
+                "that emits <eos>, so that <eos> itself becomes 0 and its weight row zeros; the step that "
+                "emits <eos> keeps token 2 and its row, only the steps after it are cleared.",
+                _greedy_variant(eos_step_cleared=True)),
         Mistake("weights of the first position",
                 "the weights of step i are those of the newest position of the prefix (the last query), "
                 "not those of the first one.",

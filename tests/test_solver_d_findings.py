@@ -1,0 +1,365 @@
+"""Issue 10, the findings of the independent chapter-8 solver "d".
+
+Every answer below is written here by hand, the way a student would (none imports a kept
+mistake, the reference or the solver's files):
+
+* ch08_ex1: a tgt_lens that is 0-d or a (batch, 1) column, and a negative length, must raise
+  (the contract: 1-D, lengths in [0, num_tokens]); answers that quietly accept them fail;
+* ch08_ex2: the all-padding check's own hint no longer says "NaN / not uniform" for any
+  failure; masking after the softmax and merging the heads without the transpose are kept
+  mistakes with their own hints;
+* ch08_ex3: the contract says the block hides exactly what self_mask marks; a block that ORs
+  its own causal mask onto self_mask fails the padding-only check, with its own hint;
+* ch08_ex4: the contract fixes queries_per_head's layout; num_parameters must be an int and
+  the shapes tuples of ints (a separate low-weight check with a plain reason; the value checks
+  compare values only, so a list fails the type check alone, like a float);
+* ch08_ex5: the encode-once check no longer blames re-encoding for int32 tokens or a dropped
+  <eos>; clearing the <eos> step itself is a kept mistake with its own hint.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attention_course import transformer as tf
+from attention_course.checking import run_checks
+from attention_course.registry import get_exercise
+
+SEEDS = (11, 2026, 7)
+
+
+def _failures(label, obj, hidden_seed=None):
+    results = run_checks(label, obj) if hidden_seed is None else \
+        run_checks(label, obj, hidden=True, seed=hidden_seed)
+    return [r for r in results if not r.passed]
+
+
+def _passes_everywhere(label, obj):
+    assert not _failures(label, obj), [r.line() for r in _failures(label, obj)]
+    for seed in SEEDS:
+        bad = _failures(label, obj, seed)
+        assert not bad, (seed, [r.line() for r in bad])
+
+
+def _mistake_hint(label, name):
+    return next(m.hint for m in get_exercise(label).mistakes if m.name == name)
+
+
+def _check_hint(label, name_start):
+    return next(c.hint for c in get_exercise(label).checks if c.name.startswith(name_start))
+
+
+def _failed_hidden_somewhere(label, obj, seeds=(11, 2026)):
+    return all(_failures(label, obj, s) for s in seeds)
+
+
+# ------------------------------------------------------------------ ch08_ex1
+
+def _student_mask(accept_0d=False, accept_column=False, check_negative=True, shape_text=None):
+    def decoder_self_mask(tgt_lens, num_tokens):
+        if accept_0d and tgt_lens.dim() == 0:
+            tgt_lens = tgt_lens.reshape(1)
+        if accept_column and tgt_lens.dim() == 2 and tgt_lens.shape[1] == 1:
+            tgt_lens = tgt_lens[:, 0]
+        if tgt_lens.dim() != 1:
+            shape = shape_text(tgt_lens.shape) if shape_text else str(tuple(tgt_lens.shape))
+            raise ValueError(f"tgt_lens must be 1-D, got shape {shape}")
+        too_big = (tgt_lens > num_tokens).any()
+        negative = (tgt_lens < 0).any() if check_negative else False
+        if too_big or negative:
+            raise ValueError(f"tgt_lens must lie in [0, {num_tokens}] for num_tokens={num_tokens}")
+        i = torch.arange(num_tokens)
+        future = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
+        pad = i.view(1, 1, -1) >= tgt_lens.view(-1, 1, 1)
+        return future.unsqueeze(0) | pad
+    return decoder_self_mask
+
+
+def test_ex1_correct_answer_passes_with_any_printed_shape():
+    _passes_everywhere("ch08_ex1", _student_mask())
+    # "x".join prints a 0-d shape as nothing: naming tgt_lens is enough for a 0-d tensor.
+    _passes_everywhere("ch08_ex1", _student_mask(shape_text=lambda s: "x".join(map(str, s))))
+
+
+@pytest.mark.parametrize("kind", ["0-d accepted", "column accepted", "negative accepted"])
+def test_ex1_invalid_tgt_lens_accepted_fails(kind):
+    answer = {"0-d accepted": _student_mask(accept_0d=True),
+              "column accepted": _student_mask(accept_column=True),
+              "negative accepted": _student_mask(check_negative=False)}[kind]
+    public = _failures("ch08_ex1", answer)
+    assert [r.check for r in public] == [c.name for c in get_exercise("ch08_ex1").checks if "raises" in c.name]
+    assert "should raise ValueError" in public[0].reason
+    # the check's own hint describes what the calls pass and what must happen, nothing else
+    assert public[0].hint == _check_hint("ch08_ex1", "tgt_lens not 1-D")
+    if kind != "0-d accepted":          # the hidden check has a column and a negative length
+        assert _failed_hidden_somewhere("ch08_ex1", answer)
+
+
+# ------------------------------------------------------------------ ch08_ex2
+
+def _student_cross(variant="correct"):
+    class CrossAttention(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.h, self.e = num_heads, d_model // num_heads
+            self.W_query = nn.Linear(d_model, d_model, bias=False)
+            self.W_key = nn.Linear(d_model, d_model, bias=False)
+            self.W_value = nn.Linear(d_model, d_model, bias=False)
+            self.out_proj = nn.Linear(d_model, d_model)
+
+        def forward(self, x, memory, key_padding_mask):
+            b, nq, d = x.shape
+            nk = memory.shape[1]
+            if tuple(key_padding_mask.shape) != (b, nk):
+                raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, "
+                                 f"expected {(b, nk)}")
+            q = self.W_query(x).view(b, nq, self.h, self.e).transpose(1, 2)
+            k = self.W_key(memory).view(b, nk, self.h, self.e).transpose(1, 2)
+            value_layer = self.W_key if variant == "values from W_key" else self.W_value
+            v = value_layer(memory).view(b, nk, self.h, self.e).transpose(1, 2)
+            s = q @ k.transpose(-1, -2) / math.sqrt(self.e)
+            hide = key_padding_mask[:, None, None, :]
+            if variant == "masked after softmax":
+                w = torch.softmax(s, dim=-1) * (~hide)
+            elif variant == "softmax over queries":
+                w = torch.softmax(s.masked_fill(hide, -1e9), dim=-2) * (~hide)
+            else:
+                w = torch.softmax(s.masked_fill(hide, -1e9), dim=-1) * (~hide)
+            ctx = w @ v
+            if variant == "no transpose back":
+                ctx = ctx.reshape(b, nq, d)
+            else:
+                ctx = ctx.transpose(1, 2).reshape(b, nq, d)
+            if variant == "averaged weights":
+                return self.out_proj(ctx), w.mean(dim=1)
+            return self.out_proj(ctx), w
+    return CrossAttention
+
+
+def test_ex2_correct_answer_passes():
+    _passes_everywhere("ch08_ex2", _student_cross())
+
+
+@pytest.mark.parametrize("variant,mistake", [("masked after softmax", "padding zeroed after the softmax"),
+                                             ("no transpose back",
+                                              "heads merged without moving the heads axis back")])
+def test_ex2_typical_mistakes_get_their_own_hint(variant, mistake):
+    answer = _student_cross(variant)
+    public = _failures("ch08_ex2", answer)
+    assert public
+    assert all(r.mistake == mistake and r.hint == _mistake_hint("ch08_ex2", mistake) for r in public), \
+        [r.line() for r in public]
+    assert _failed_hidden_somewhere("ch08_ex2", answer)
+
+
+@pytest.mark.parametrize("variant", ["softmax over queries", "values from W_key", "averaged weights",
+                                     "no transpose back"])
+def test_ex2_all_padding_hint_is_neutral(variant):
+    answer = _student_cross(variant)
+    empty = [r for r in _failures("ch08_ex2", answer) if r.check.startswith("a source that is all padding")]
+    assert empty, variant
+    r = empty[0]
+    assert "NaN" not in r.reason
+    if r.mistake is None:
+        assert r.hint == _check_hint("ch08_ex2", "a source that is all padding")
+    assert "not NaN, not uniform" not in r.hint and "must stay finite" not in r.hint
+
+
+# ------------------------------------------------------------------ ch08_ex3
+
+def _student_block(or_causal=False):
+    class Attn(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.h = num_heads
+            self.W_query = nn.Linear(d_model, d_model, bias=False)
+            self.W_key = nn.Linear(d_model, d_model, bias=False)
+            self.W_value = nn.Linear(d_model, d_model, bias=False)
+            self.out_proj = nn.Linear(d_model, d_model)
+
+        def forward(self, xq, xkv, hide):          # hide broadcastable to (b, h, q, k), True = hidden
+            b, nq, d = xq.shape
+            split = lambda t: t.view(b, t.shape[1], self.h, -1).transpose(1, 2)
+            q, k, v = split(self.W_query(xq)), split(self.W_key(xkv)), split(self.W_value(xkv))
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+            w = torch.softmax(s.masked_fill(hide, float("-inf")), dim=-1).nan_to_num(0.0)
+            return self.out_proj((w @ v).transpose(1, 2).reshape(b, nq, d))
+
+    class DecoderBlock(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff):
+            super().__init__()
+            self.self_attn, self.cross_attn = Attn(d_model, num_heads), Attn(d_model, num_heads)
+            self.ffn = nn.Module()
+            self.ffn.linear1, self.ffn.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+            self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+        def forward(self, x, memory, self_mask, key_padding_mask):
+            mask = self_mask
+            if or_causal:
+                t = x.shape[1]
+                mask = mask | torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, mask.unsqueeze(1))
+            x = x + self.cross_attn(self.norm2(x), memory, key_padding_mask[:, None, None, :])
+            return x + self.ffn.linear2(F.relu(self.ffn.linear1(self.norm3(x))))
+    return DecoderBlock
+
+
+def test_ex3_correct_answer_passes():
+    _passes_everywhere("ch08_ex3", _student_block())
+
+
+def test_ex3_causal_mask_ored_onto_self_mask_fails_with_its_hint():
+    answer = _student_block(or_causal=True)
+    public = _failures("ch08_ex3", answer)
+    assert [r.check for r in public] == ["a self_mask that is not causal (padding only): the block uses "
+                                         "self_mask as given"]
+    assert public[0].hint == _mistake_hint("ch08_ex3", "a causal mask added to self_mask")
+    assert _failed_hidden_somewhere("ch08_ex3", answer, seeds=SEEDS)
+
+
+def test_ex3_contract_says_self_mask_is_used_as_given():
+    cell = _exercise_markdown("ch08_ex3")
+    assert "as given" in cell and "not causal" in cell
+
+
+# ------------------------------------------------------------------ ch08_ex4
+
+def _student_shapes(**change):
+    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab,
+                               tgt_vocab):
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        head_dim = d_model // num_heads
+        linear = lambda n_in, n_out, bias=True: n_in * n_out + (n_out if bias else 0)
+        attn = 3 * linear(d_model, d_model, bias=False) + linear(d_model, d_model)
+        ffn = linear(d_model, d_ff) + linear(d_ff, d_model)
+        norm = 2 * d_model
+        count = (src_vocab * d_model + tgt_vocab * d_model + num_layers * (attn + ffn + 2 * norm)
+                 + num_layers * (2 * attn + ffn + 3 * norm) + 2 * norm + linear(d_model, tgt_vocab))
+        out = {"src_embedded": torch.Size([batch, src_len, d_model]),
+               "memory": torch.Size([batch, src_len, d_model]),
+               "encoder_self_weights": torch.Size([batch, num_heads, src_len, src_len]),
+               "decoder_self_weights": torch.Size([batch, num_heads, tgt_len, tgt_len]),
+               "cross_weights": torch.Size([batch, num_heads, tgt_len, src_len]),
+               "queries_per_head": torch.Size([batch, num_heads, tgt_len, head_dim]),
+               "ffn_hidden": torch.Size([batch, tgt_len, d_ff]),
+               "logits": torch.Size([batch, tgt_len, tgt_vocab]),
+               "num_parameters": count}
+        for key, fn in change.items():
+            out[key] = fn(out[key])
+        return out
+    return encoder_decoder_shapes
+
+
+def test_ex4_correct_answers_pass():
+    _passes_everywhere("ch08_ex4", _student_shapes())
+    _passes_everywhere("ch08_ex4", _student_shapes(memory=tuple))
+    # a NumPy integer is recorded as an int (the contract says so)
+    _passes_everywhere("ch08_ex4", _student_shapes(num_parameters=np.int64))
+
+
+def test_ex4_queries_before_the_transpose_is_a_kept_mistake():
+    answer = _student_shapes(queries_per_head=lambda s: (s[0], s[2], s[1], s[3]))
+    public = _failures("ch08_ex4", answer)
+    assert public and all(r.hint == _mistake_hint("ch08_ex4", "queries_per_head before the transpose")
+                          for r in public), [r.line() for r in public]
+    cell = _exercise_markdown("ch08_ex4")
+    assert "(batch, heads, queries, head_dim)" in cell
+
+
+@pytest.mark.parametrize("kind,change,said", [
+    ("float count", dict(num_parameters=float), "Python int"),
+    ("tensor count", dict(num_parameters=torch.tensor), "Python int"),
+    ("float shape", dict(memory=lambda s: tuple(float(n) for n in s)), "tuple of Python ints"),
+    ("list shape", dict(logits=list), "tuple of ints"),
+])
+def test_ex4_types_are_checked_apart_with_a_plain_reason(kind, change, said):
+    answer = _student_shapes(**change)
+    public = _failures("ch08_ex4", answer)
+    assert [r.check for r in public] == ["num_parameters is an int and every shape a tuple of ints (same call)"], \
+        [r.line() for r in public]
+    assert said in public[0].reason and public[0].mistake is None
+    assert public[0].hint == _check_hint("ch08_ex4", "num_parameters is an int")
+    # the type check weighs little: the value checks pass
+    results = run_checks("ch08_ex4", answer, hidden=True, seed=11)
+    lost = sum(r.max_points for r in results if not r.passed)
+    assert 0 < lost <= 0.2 * get_exercise("ch08_ex4").points
+
+
+# ------------------------------------------------------------------ ch08_ex5
+
+def _student_greedy(variant="correct"):
+    class GreedyTransformer(tf.Transformer):
+        @torch.no_grad()
+        def greedy_decode(self, src, src_lens, max_len):
+            memory = None if variant == "re-encode" else self.encode(src, src_lens)
+            seqs = torch.ones(src.shape[0], 1, dtype=torch.long)
+            tokens, rows = [], []
+            done = torch.zeros(src.shape[0], dtype=torch.bool)
+            for _ in range(max_len):
+                mem = self.encode(src, src_lens) if variant == "re-encode" else memory
+                logits, w = self.decode(seqs, mem, src_lens, return_weights=True)
+                nxt = logits[:, -1].argmax(-1)
+                if variant == "eos step cleared":
+                    done = done | (nxt == 2)
+                tok = torch.where(done, torch.zeros_like(nxt), nxt)
+                if variant == "eos dropped":
+                    tok = torch.where(nxt == 2, torch.zeros_like(nxt), tok)
+                tokens.append(tok)
+                rows.append(w[:, :, :, -1] * (~done).float()[:, None, None, None])
+                done = done | (nxt == 2)
+                seqs = torch.cat([seqs, nxt[:, None]], dim=1)
+            out = torch.stack(tokens, 1)
+            return (out.int() if variant == "int32" else out), torch.stack(rows, 3)
+    return GreedyTransformer
+
+
+def test_ex5_correct_answer_passes():
+    _passes_everywhere("ch08_ex5", _student_greedy())
+
+
+@pytest.mark.parametrize("variant", ["int32", "eos dropped"])
+def test_ex5_encode_once_hint_does_not_blame_encoding(variant):
+    answer = _student_greedy(variant)
+    failures = _failures("ch08_ex5", answer) + _failures("ch08_ex5", answer, 11)
+    assert failures
+    for r in failures:
+        assert r.mistake != "encoder run at every step", r.line()
+        assert not r.hint.startswith("call self.encode once"), r.line()
+    once = [r for r in failures if r.check.startswith("the source is encoded once")]
+    if variant == "int32":
+        assert once and "dtype torch.int32" in once[0].reason
+        assert once[0].hint == _check_hint("ch08_ex5", "the source is encoded once")
+
+
+def test_ex5_eos_step_cleared_is_a_kept_mistake():
+    answer = _student_greedy("eos step cleared")
+    public = _failures("ch08_ex5", answer)
+    assert public and all(r.hint == _mistake_hint("ch08_ex5", "<eos> step cleared too") for r in public)
+
+
+def test_ex5_reencoding_still_gets_its_hint():
+    public = _failures("ch08_ex5", _student_greedy("re-encode"))
+    assert public and all(r.mistake == "encoder run at every step" for r in public)
+
+
+# ------------------------------------------------------------------ contracts
+
+def _exercise_markdown(label):
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[1] / "solutions" / "08_transformer.ipynb").read_text())
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and f":label: {label}" in text:
+            return text
+    raise AssertionError(f"no exercise cell for {label}")
+
+
+def test_ex1_contract_names_the_invalid_shapes():
+    cell = _exercise_markdown("ch08_ex1")
+    assert "0-d" in cell and "(batch, 1)" in cell
