@@ -78,3 +78,13 @@ def test_no_gradient_to_the_inputs_is_said_plainly():
     failed = [r for r in run_checks("ch07_ex1", NoGrad, hidden=True, seed=11) if not r.passed]
     assert failed and all("no gradient reaches the inputs" in r.reason for r in failed), \
         [r.line() for r in failed]
+
+
+def test_a_check_that_promises_finite_results_says_so_when_they_are_not():
+    # The finiteness test of these compares once skipped every call (it looked for a status
+    # "returned"; outcomes say "ok"), and NaN fell through to a generic value message.
+    from attention_course.registry import get_exercise
+    for label, mistake_name in (("ch01_ex4", "exp then divide (underflow)"), ("ch02_ex2", "kernel over its sum")):
+        mistake = next(m for m in get_exercise(label).mistakes if m.name == mistake_name)
+        reasons = [r.reason for r in run_checks(label, mistake.impl) if not r.passed]
+        assert any("NaN or inf entries" in reason for reason in reasons), (label, reasons)
