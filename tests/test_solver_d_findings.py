@@ -28,24 +28,7 @@ from attention_course import transformer as tf
 from attention_course.checking import run_checks
 from attention_course.registry import get_exercise
 
-SEEDS = (11, 2026, 7)
-
-
-def _failures(label, obj, hidden_seed=None):
-    results = run_checks(label, obj) if hidden_seed is None else \
-        run_checks(label, obj, hidden=True, seed=hidden_seed)
-    return [r for r in results if not r.passed]
-
-
-def _passes_everywhere(label, obj):
-    assert not _failures(label, obj), [r.line() for r in _failures(label, obj)]
-    for seed in SEEDS:
-        bad = _failures(label, obj, seed)
-        assert not bad, (seed, [r.line() for r in bad])
-
-
-def _mistake_hint(label, name):
-    return next(m.hint for m in get_exercise(label).mistakes if m.name == name)
+from solver_helpers import SEEDS, failures as _failures, mistake_hint as _mistake_hint, passes_everywhere as _passes_everywhere  # noqa: E402,F401
 
 
 def _check_hint(label, name_start):
