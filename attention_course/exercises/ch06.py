@@ -513,7 +513,7 @@ def _compare_mha_placement(got, want, calls):
 
 def _mha_indivisible_calls(seed):
     g = _gen(seed)
-    return [Call(init_args=(4, 10, 6, 0.0, 4), init_seed=seed, strict_state=True, args=(torch.randn(1, 3, 4, generator=g),))]
+    return [Call(init_args=(4, 10, 6, 0.0, 4), init_seed=seed, args=(torch.randn(1, 3, 4, generator=g),))]
 
 
 def _mha_too_long_calls(seed):
@@ -538,7 +538,7 @@ def _mha_hidden_bad_calls(seed):
     g = _gen(seed)
     heads = _randint(g, 3, 5)
     d_out = heads * _randint(g, 1, 3) + _randint(g, 1, heads - 1)
-    return [Call(init_args=(3, d_out, 5, 0.0, heads), init_seed=seed, strict_state=True, args=(torch.randn(1, 2, 3, generator=g),))]
+    return [Call(init_args=(3, d_out, 5, 0.0, heads), init_seed=seed, args=(torch.randn(1, 2, 3, generator=g),))]
 
 
 def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scale_by="head_dim",

@@ -954,12 +954,16 @@ def _step_checked(body):
 
 
 def _step_generic(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads, *, append, mask,
-                  use_cache=True, scale_by_d_out=False):
+                  use_cache=True, scale_by_d_out=False, interleaved=False, merge_interleaved=False):
+    # interleaved: feature f goes to head f % num_heads, as a view(..., head_dim, num_heads) does,
+    # instead of the contract's (..., num_heads, head_dim); merge_interleaved merges back that way.
     batch, n_new, _ = x_new.shape
     d_out = w_query.shape[0]
     head_dim = d_out // num_heads
 
     def split(t):
+        if interleaved:
+            return t.view(batch, n_new, head_dim, num_heads).permute(0, 3, 1, 2)
         return t.view(batch, n_new, num_heads, head_dim).transpose(1, 2)
 
     q = split(x_new @ w_query.T)
@@ -971,8 +975,9 @@ def _step_generic(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads, *
     hidden = mask(n_new, n_keys)
     if hidden is not None:
         scores = scores.masked_fill(hidden, NEG_INF)
-    context = (torch.softmax(scores, dim=-1) @ att_v).transpose(1, 2).reshape(batch, n_new, d_out)
-    return context, keys, values
+    per_head = torch.softmax(scores, dim=-1) @ att_v
+    merged = per_head.permute(0, 2, 3, 1) if merge_interleaved else per_head.transpose(1, 2)
+    return merged.reshape(batch, n_new, d_out), keys, values
 
 
 def _append_tokens(cache, new):
@@ -996,45 +1001,11 @@ _step_d_out_scale = _step_checked(lambda *a: _step_generic(*a, append=_append_to
                                                            scale_by_d_out=True))
 
 
-def _step_interleaved(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads):
-    # Heads split (and merged back) in an interleaved layout: feature f goes to head f % num_heads,
-    # as a view(..., head_dim, num_heads) does, instead of (..., num_heads, head_dim).
-    _validate_step(x_new, k_cache, v_cache, w_query, num_heads)
-    batch, n_new, _ = x_new.shape
-    d_out = w_query.shape[0]
-    head_dim = d_out // num_heads
-
-    def split(t):
-        return t.view(batch, n_new, head_dim, num_heads).permute(0, 3, 1, 2)
-
-    q = split(x_new @ w_query.T)
-    keys = torch.cat([k_cache, split(x_new @ w_key.T)], dim=2)
-    values = torch.cat([v_cache, split(x_new @ w_value.T)], dim=2)
-    scores = q @ keys.transpose(-2, -1) / math.sqrt(head_dim)
-    hidden = _offset_mask(n_new, keys.shape[2])
-    weights = torch.softmax(scores.masked_fill(hidden, NEG_INF), dim=-1)
-    context = (weights @ values).permute(0, 2, 3, 1).reshape(batch, n_new, d_out)
-    return context, keys, values
-
-
-def _step_interleaved_split(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads):
-    # The same interleaved split, but the heads merged back in the contract's layout.
-    _validate_step(x_new, k_cache, v_cache, w_query, num_heads)
-    batch, n_new, _ = x_new.shape
-    d_out = w_query.shape[0]
-    head_dim = d_out // num_heads
-
-    def split(t):
-        return t.view(batch, n_new, head_dim, num_heads).permute(0, 3, 1, 2)
-
-    q = split(x_new @ w_query.T)
-    keys = torch.cat([k_cache, split(x_new @ w_key.T)], dim=2)
-    values = torch.cat([v_cache, split(x_new @ w_value.T)], dim=2)
-    scores = q @ keys.transpose(-2, -1) / math.sqrt(head_dim)
-    hidden = _offset_mask(n_new, keys.shape[2])
-    weights = torch.softmax(scores.masked_fill(hidden, NEG_INF), dim=-1)
-    context = (weights @ values).transpose(1, 2).reshape(batch, n_new, d_out)
-    return context, keys, values
+_step_interleaved = _step_checked(lambda *a: _step_generic(
+    *a, append=_append_tokens, mask=_offset_mask, interleaved=True, merge_interleaved=True))
+# The same interleaved split, but the heads merged back in the contract's layout.
+_step_interleaved_split = _step_checked(lambda *a: _step_generic(
+    *a, append=_append_tokens, mask=_offset_mask, interleaved=True))
 
 
 def _step_unchecked(*args):
