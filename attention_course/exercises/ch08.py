@@ -230,8 +230,9 @@ register(Exercise(
                 _mask_checked(lambda pos, lens: (pos[None, :] >= lens[:, None])[:, None, :]
                               .expand(-1, len(pos), -1))),
         Mistake("padding hidden on the queries",
-                "the padding mask belongs on the keys (the last axis): you hid the rows of the padded "
-                "queries instead of the columns of the padded keys.",
+                "your mask hides the whole rows of the padded queries; the padding mask belongs on the "
+                "keys (the last axis): a padded query still sees the real keys up to its own position, "
+                "and only the columns of the padded keys are hidden.",
                 _mask_checked(lambda pos, lens: (pos[None, :] > pos[:, None])[None]
                               | (pos[None, :] >= lens[:, None])[:, :, None])),
         Mistake("True where visible",
