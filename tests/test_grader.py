@@ -101,13 +101,13 @@ def _hostile_class(folder: Path, out_dir: Path, outside: Path) -> None:
                      "def attention_pool(weights, values):\n    return (weights @ values).as_subclass(Mine)\n"),
         "dtype": ("ch01_ex1", "def attention_pool(weights, values):\n    return (weights @ values).double()\n"),
         "shape": ("ch01_ex1", "def attention_pool(weights, values):\n    return (weights @ values).unsqueeze(0)\n"),
-        "readrepo": ("ch01_ex1", f"SRC = open({str(ROOT / 'attention_course/exercises/ch01.py')!r}).read()\n" + ex1),
+        "readrepo": ("ch01_ex1", f"SRC = open({str(ROOT / 'attention_course/exercises/ch01/ex1_attention_pool.py')!r}).read()\n" + ex1),
         "readpeer": ("ch01_ex1", f"PEER = open({str(folder / 'aa_correct.ipynb')!r}).read()\n" + ex1),
         "plantresults": ("ch01_ex1", f"open({str(out_dir / 'results.json')!r}, 'w').write('{{\"score\": 100}}')\n"
                          + ex1),
         "writeoutside": ("ch01_ex1", f"open({str(outside)!r}, 'w').write('pwned')\n" + ex1),
-        "importhidden": ("ch01_ex1", "from attention_course.exercises import ch01\n"
-                         "attention_pool = ch01.attention_pool\n"),
+        "importhidden": ("ch01_ex1", "from attention_course.exercises.ch01 import ex1_attention_pool\n"
+                         "attention_pool = ex1_attention_pool.attention_pool\n"),
         "network": ("ch01_ex1", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n" + ex1),
         "envdetect": ("ch01_ex1", "import os\nGRADING = any(w in k for k in os.environ for w in "
                       "('GRAD', 'AUTOGRADER', 'PYTEST', 'CI', 'ATTENTION', 'VIRTUAL_ENV'))\n"

@@ -27,7 +27,7 @@ def test_gradescope_zip_runs_offline(tmp_path):
         setup = zf.read("setup.sh").decode()
         requirements = zf.read("requirements.txt").decode()
     assert {"setup.sh", "run_autograder", "requirements.txt", "autograder.json",
-            "attention_course/exercises/ch01.py", "attention_course/grading/zygote_main.py"} <= set(names)
+            "attention_course/exercises/ch01/ex1_attention_pool.py", "attention_course/grading/zygote_main.py"} <= set(names)
     assert "torch==2.13.0\n" in requirements and "requirements.txt" in setup
     # Gradescope's layout: /autograder/{source,submission,results}
     gs = tmp_path / "autograder"

@@ -12,7 +12,7 @@ import torch
 
 from attention_course import functional as F_att
 from attention_course.checking import run_checks
-from attention_course.exercises import ch04
+from attention_course.exercises.ch04 import ex3_self_attention as ch04
 from attention_course.registry import all_exercises, get_exercise
 
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_course.checking import outcomes_for, compare_all, run_checks
-from attention_course.exercises import ch06
+from attention_course.exercises.ch06 import ex3_multi_head_attention as ch06
 from attention_course.registry import get_exercise
 
 from solver_helpers import SEEDS, failures as _failures, mistake_hint as _hint_of, passes_everywhere as _passes_everywhere  # noqa: E402,F401

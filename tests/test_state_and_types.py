@@ -68,7 +68,7 @@ def test_ch07_ex4_monotonicity_must_be_a_python_float():
 
 
 def test_no_gradient_to_the_inputs_is_said_plainly():
-    from attention_course.exercises.ch07 import BahdanauDecoderStep
+    from attention_course.exercises.ch07.ex1_bahdanau_decoder_step import BahdanauDecoderStep
 
     class NoGrad(BahdanauDecoderStep):
         @torch.no_grad()

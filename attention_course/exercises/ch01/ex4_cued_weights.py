@@ -1,0 +1,302 @@
+r"""ch01_ex4: Volitional and nonvolitional cues together.
+
+The chapter showed the two kinds of cue apart: weights from the stations' salience alone
+(the same for every query), and weights from the distances alone. Combine them: a key's
+weight should grow with its salience *and* with its closeness to the query. Write
+`cued_weights(queries, keys, salience, temperature=1.0)`.
+
+- `queries`: float tensor `(num_queries, d)`; `keys`: `(num_keys, d)`; `salience`: a
+  tensor `(num_keys,)` of the same dtype, non-negative, with at least one positive entry;
+  `temperature`: a positive Python number.
+- Return the `(num_queries, num_keys)` tensor, of the dtype of `queries`, whose entry
+  $(q, i)$ is proportional to
+  $\text{salience}_i \cdot \exp\!\big(-\lVert \mathbf{q} - \mathbf{k}_i \rVert^2 / \tau\big)$,
+  scaled so that each row sums to one. A key of salience 0 gets weight exactly 0; with
+  equal saliences you get the chapter's distance weights back.
+- It must stay finite when every key is far from a query (squared distances in the
+  tens of thousands), and when the key nearest to a query has salience 0 while every
+  key that can take weight is far from it.
+- Raise `ValueError` whose message contains `temperature` when `temperature <= 0`, and
+  one containing `salience` when `salience` has a negative entry or no positive entry.
+
+Think about what multiplying $\exp(s_i)$ by a positive number does to the score $s_i$.
+When your function passes, call it in a cell of your own with the stations, $\tau = 4$ and
+B's storm warning (`salience = [1, 5, 1, 1, 1]`): which query does the warning change
+most, and why?
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from .._kit import ERROR_WEIGHT, Kept, finite_then_close, shape_of
+from .ex3_hard_lookup import _squared_distances
+
+mistakes = Kept(Mistake)
+alternatives = Kept(Alternative)
+
+
+# The reference ----------------------------------------------------------------------------
+
+
+def _validate_cued(queries, keys, salience, temperature):
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+    if queries.dim() != 2 or keys.dim() != 2 or queries.shape[1] != keys.shape[1]:
+        raise ValueError(
+            f"queries {shape_of(queries)} and keys {shape_of(keys)} must be 2-D with the same "
+            f"size d in their last dimension")
+    if salience.shape != (keys.shape[0],):
+        raise ValueError(f"salience must have shape ({keys.shape[0]},), one entry per key, "
+                         f"got {shape_of(salience)}")
+    if bool((salience < 0).any()) or not bool((salience > 0).any()):
+        raise ValueError(f"salience must be non-negative with at least one positive entry, "
+                         f"got {salience.tolist()}")
+
+
+def cued_weights(queries, keys, salience, temperature=1.0):
+    """Reference: softmax over the keys of log(salience) - |q - k|^2 / temperature."""
+    _validate_cued(queries, keys, salience, temperature)
+    scores = -_squared_distances(queries, keys) / temperature + torch.log(salience)
+    return torch.softmax(scores, dim=-1)  # log(0) = -inf: a key of salience 0 gets weight 0
+
+
+# Inputs of the public and hidden checks ---------------------------------------------------
+
+
+def _cued_inputs(g, num_queries, num_keys, d, scale=1.0, dtype=torch.float32, zeros=0):
+    queries = torch.randn(num_queries, d, generator=g) * scale
+    keys = torch.randn(num_keys, d, generator=g) * scale
+    salience = 0.5 + 3.5 * torch.rand(num_keys, generator=g)  # between 0.5 and 4: never uniform
+    if zeros:
+        salience[torch.randperm(num_keys, generator=g)[:zeros]] = 0.0
+    return queries.to(dtype), keys.to(dtype), salience.to(dtype)
+
+
+def _cued_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    return [Call(args=_cued_inputs(g, 3, 5, 2))]
+
+
+def _cued_temperature_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    queries, keys, salience = _cued_inputs(g, 4, 6, 3)
+    return [Call(args=(queries, keys, salience), kwargs={"temperature": 0.5}),
+            Call(args=(queries, keys, salience), kwargs={"temperature": 4.0})]
+
+
+def _cued_zero_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    return [Call(args=_cued_inputs(g, 4, 6, 2, zeros=2), kwargs={"temperature": 2.0})]
+
+
+def _cued_far_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    queries, keys, salience = _cued_inputs(g, 3, 5, 2)
+    # And the nearest key switched off (salience 0) with every other key some 400 squared
+    # units further: shifting by the largest distance score over ALL keys (the switched-off
+    # one included) underflows every key that can get weight, 0/0 (found by an
+    # independent solver: such answers passed every check before).
+    gap = 20.0 + 2.0 * torch.rand((), generator=g).item()
+    near_off = (torch.zeros(1, 2), torch.tensor([[0.5, 0.0], [gap, 0.0], [0.0, -gap - 1.0]]),
+                torch.tensor([0.0, 1.0, 2.0]))
+    return [Call(args=(queries + 100.0, keys, salience)),  # squared distances near 2e4
+            Call(args=near_off)]
+
+
+def _cued_far_only_calls(seed):
+    return _cued_far_calls(seed)[:1]
+
+
+def _cued_off_calls(seed):
+    return _cued_far_calls(seed)[1:]
+
+
+def _cued_float64_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    return [Call(args=_cued_inputs(g, 3, 4, 2, dtype=torch.float64, zeros=1),
+                 kwargs={"temperature": 1.5})]
+
+
+def _cued_bad_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    queries, keys, salience = _cued_inputs(g, 2, 3, 2)
+    negative = salience.clone()
+    negative[1] = -1.0
+    return [
+        Call(args=(queries, keys, salience)),  # valid first: raising on everything must not pass
+        Call(args=(queries, keys, salience), kwargs={"temperature": 0.0}),
+        Call(args=(queries, keys, salience), kwargs={"temperature": -2.0}),
+        Call(args=(queries, keys, negative)),
+        Call(args=(queries, keys, torch.zeros(3))),
+    ]
+
+
+def _cued_mentions(call):
+    return ["temperature"] if "temperature" in call.kwargs else ["salience"]
+
+
+def _cued_big_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    big = _cued_inputs(g, 9, 13, 6, scale=2.0, zeros=4)
+    far_queries, far_keys, far_salience = _cued_inputs(g, 4, 6, 3)
+    return [Call(args=big, kwargs={"temperature": 3.0}),
+            Call(args=_cued_inputs(g, 2, 1, 2)),
+            Call(args=(far_queries - 80.0, far_keys, far_salience), kwargs={"temperature": 0.7})]
+
+
+# Kept mistakes, each with its hint --------------------------------------------------------
+
+
+def _cued_mistake(transform, validate=True):
+    def impl(queries, keys, salience, temperature=1.0):
+        if validate:
+            _validate_cued(queries, keys, salience, temperature)
+        return transform(_squared_distances(queries, keys), salience, temperature)
+    return impl
+
+
+mistakes.add("salience added to the scores",
+             "the salience was added to the scores; to multiply the weights by salience, add "
+             "log(salience) to the scores (or multiply after exponentiating).",
+             _cued_mistake(lambda sq, s, t: torch.softmax(-sq / t + s, dim=-1)))
+
+
+mistakes.add("not renormalised after the salience",
+             "the distance weights were multiplied by the salience but not divided by their "
+             "new total, so rows no longer sum to one.",
+             _cued_mistake(lambda sq, s, t: torch.softmax(-sq / t, dim=-1) * s))
+
+
+mistakes.add("temperature divides the salience too",
+             "the temperature divided log(salience) as well; it only scales the distance "
+             "term, so the salience keeps its effect at every temperature.",
+             _cued_mistake(lambda sq, s, t: torch.softmax((-sq + torch.log(s)) / t, dim=-1)))
+
+
+mistakes.add("ignored the salience",
+             "the weights depend on the distances only: the salience was not used.",
+             _cued_mistake(lambda sq, s, t: torch.softmax(-sq / t, dim=-1)))
+
+
+def _cued_naive(sq, salience, temperature):
+    weighted = salience * torch.exp(-sq / temperature)
+    return weighted / weighted.sum(dim=-1, keepdim=True)
+
+
+mistakes.add("exp then divide (underflow)",
+             "exponentiating scores near -2e4 underflows to 0 and 0/0 gives NaN; shift the "
+             "scores by their row maximum (or use a built-in that does) before exponentiating.",
+             _cued_mistake(_cued_naive))
+
+
+mistakes.add("no check of the salience",
+             "a negative or all-zero salience must raise a ValueError naming salience.",
+             _cued_mistake(lambda sq, s, t: torch.softmax(-sq / t + torch.log(s), dim=-1),
+                           validate=False))
+
+
+# Kept alternatives (correct answers in other styles) --------------------------------------
+
+
+@alternatives.keep("salience after the softmax",
+                   "softmax of the distance scores, times salience, "
+"renormalised")
+def _cued_alt_after_softmax(queries, keys, salience, temperature=1.0):
+    if not temperature > 0:
+        raise ValueError("temperature must be > 0")
+    if (salience < 0).any() or salience.sum() == 0:
+        raise ValueError("bad salience: need non-negative entries, not all zero")
+    gaps = queries.unsqueeze(1) - keys.unsqueeze(0)
+    # The softmax runs over the keys that are switched on only: a switched-off nearest key
+    # must not set the scale, or every key that can get weight underflows to 0.
+    scores = (-gaps.pow(2).sum(-1) / temperature).masked_fill(salience == 0, float("-inf"))
+    distance_weights = torch.softmax(scores, dim=-1)
+    boosted = distance_weights * salience  # then renormalise: the common factor cancels
+    return boosted / boosted.sum(dim=-1, keepdim=True)
+
+
+@alternatives.keep("float64 with a max shift",
+                   "cdist, log(salience), explicit max shift, in float64")
+def _cued_alt_float64_shift(queries, keys, salience, temperature=1.0):
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature} is not positive")
+    if salience.min() < 0 or salience.max() <= 0:
+        raise ValueError(f"salience={salience} must be >= 0 and not all zero")
+    q, k, s = queries.double(), keys.double(), salience.double()
+    logits = -torch.cdist(q, k) ** 2 / temperature + s.log()
+    logits = logits - logits.max(dim=-1, keepdim=True).values
+    weights = logits.exp()
+    return (weights / weights.sum(dim=-1, keepdim=True)).to(queries.dtype)
+
+
+@alternatives.keep("python loops",
+                   "pure Python floats, shifted by the best salient score")
+def _cued_alt_loops(queries, keys, salience, temperature=1.0):
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    sal = salience.tolist()
+    if min(sal) < 0 or max(sal) == 0:
+        raise ValueError("salience must be non-negative and contain a positive value")
+    rows = []
+    for q in queries.tolist():
+        scores = [-sum((a - b) ** 2 for a, b in zip(q, k)) / temperature for k in keys.tolist()]
+        top = max(score for score, s in zip(scores, sal) if s > 0)
+        terms = [s * math.exp(score - top) for score, s in zip(scores, sal)]
+        total = sum(terms)
+        rows.append([t / total for t in terms])
+    return torch.tensor(rows, dtype=queries.dtype)
+
+
+@alternatives.keep("log_softmax and einsum",
+                   "einsum distances, -inf bias for zero salience, "
+"log_softmax then exp")
+def _cued_alt_log_softmax(queries, keys, salience, temperature=1.0):
+    if not (temperature > 0):
+        raise ValueError("temperature <= 0")
+    if torch.any(salience < 0) or torch.all(salience == 0):
+        raise ValueError("salience: negative entry, or every entry is zero")
+    sq = torch.einsum("qkd,qkd->qk", queries[:, None] - keys, queries[:, None] - keys)
+    bias = torch.where(salience > 0, salience.log(), torch.full_like(salience, -math.inf))
+    return torch.log_softmax(bias - sq / temperature, dim=-1).exp()
+
+
+# Registration -----------------------------------------------------------------------------
+
+register(Exercise(
+    label="ch01_ex4", title="Volitional and nonvolitional cues together",
+    name="cued_weights", reference=cued_weights, points=2,
+    checks=[
+        Check("3 queries, 5 keys in 2-D, saliences between 0.5 and 4, temperature 1", _cued_calls,
+              seed=0,
+              hint="weights[q, i] is salience[i] * exp(-|q - k_i|^2 / temperature), divided by "
+                   "its row's total; compare one row with that computed by hand."),
+        Check("temperatures 0.5 and 4", _cued_temperature_calls, seed=1,
+              hint="the same inputs at two temperatures: only the distance term depends on the "
+                   "temperature."),
+        Check("a salience of 0 switches a key off", _cued_zero_calls, seed=2,
+              hint="two keys of this check have salience 0; look at their columns and at the "
+                   "row sums."),
+        Check("the nearest key switched off and every other key far: finite weights (hidden)",
+              _cued_off_calls, seed=6, public=False, weight=0.5, compare=finite_then_close(1e-4, 1e-5),
+              hint="the key nearest to the query has salience 0 and the others are some 400 squared "
+                   "units further; every number you divide by must stay above 0."),
+        Check("queries far from every key still give finite weights", _cued_far_only_calls, seed=3,
+              compare=finite_then_close(1e-4, 1e-5),
+              hint="the queries are about 140 units from every key, so the squared distances are "
+                   "near 2e4; look at what exp does with such numbers in float32."),
+        Check("float64 inputs give float64 weights", _cued_float64_calls, seed=5,
+              hint="the result has the dtype of queries; look at every tensor you create."),
+        Check("bad temperature or salience raise ValueError naming the culprit",
+              _cued_bad_calls, seed=4, must_mention=_cued_mentions, weight=ERROR_WEIGHT,
+              hint="calls 2 to 5 pass a temperature <= 0, a negative salience and an all-zero "
+                   "salience; each ValueError names the argument at fault."),
+        Check("9 queries, 13 keys of size 6 with zero saliences, a single key, far queries (hidden)",
+              _cued_big_calls, seed=6, public=False, compare=finite_then_close(1e-4, 1e-5),
+              hint="the result has shape (num_queries, num_keys), finite, for every size."),
+    ],
+    mistakes=list(mistakes),
+    alternatives=list(alternatives),
+))

@@ -1,0 +1,296 @@
+r"""ch02_ex5: Local linear regression: fixing the boundary bias.
+
+Nadaraya–Watson pooling fits a weighted *constant* around each query. Local linear
+regression fits a weighted *line* and reads it at the query {footcite:p}`fan1992`: for a
+query $q$, choose $a$ and $b$ that minimise
+$\sum_i K_i\,\big(v_i - a - b\,(k_i - q)\big)^2$ with the Gaussian weights
+$K_i = \exp\!\big(-(q - k_i)^2 / (2\,\text{width}^2)\big)$; the prediction is $a$.
+Solving this 2 × 2 least-squares problem gives the prediction as $\sum_i \ell_i v_i$ with
+
+$$
+\ell_i = \frac{K_i\,(S_2 - u_i S_1)}{S_0 S_2 - S_1^2},
+\qquad u_i = k_i - q, \qquad S_p = \sum_j K_j u_j^p .
+$$
+
+Write `local_linear(queries, keys, values, width)`.
+
+* `queries`: float32, shape `(m,)`; `keys`, `values`: float32, shape `(n,)` with
+  $n \ge 2$, in any order; `width`: a positive Python float.
+* Return `(predictions, weights)`: `weights` float32 of shape `(m, n)`, row $i$ holding
+  the $\ell_j$ of query $i$; `predictions` float32 of shape `(m,)`, equal to
+  `weights @ values`.
+* Raise `ValueError` naming `width` when `width` is not positive, and naming `keys` and
+  `values` unless both are 1-D with the same length $\ge 2$.
+* The checks use widths of at least $0.3$ on keys spread over $[0, 5]$, where
+  $S_0 S_2 - S_1^2$ is clearly positive; you need not handle a single dominant key.
+  Multiplying every $K_i$ by one constant does not change $\ell$.
+
+Every row of weights sums to one, as in attention pooling, but some weights are
+negative. When your function passes, compare it in a cell of your own with Gaussian
+pooling at $x = 0$ and $x = 5$ on the chapter's data (width $0.225$).
+"""
+from __future__ import annotations
+
+import torch
+
+from ...data import make_regression_1d
+from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from .._kit import ERROR_WEIGHT, Kept
+from .ex3_fit_width import _check_1d_pair
+
+mistakes = Kept(Mistake)
+alternatives = Kept(Alternative)
+
+
+# The reference ----------------------------------------------------------------------------
+
+
+def _validate_local(queries, keys, values, width):
+    if queries.dim() != 1:
+        raise ValueError(f"queries must be 1-D, got shape {tuple(queries.shape)}")
+    _check_1d_pair(keys, values)
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not width > 0:
+        raise ValueError(f"width must be a positive number, got {width!r}")
+
+
+def _local_weights64(queries, keys, width, centred=True, sign=1.0, nadaraya=False):
+    q, k = queries.double()[:, None], keys.double()[None, :]
+    kernel = torch.softmax(-(q - k) ** 2 / (2 * float(width) ** 2), dim=-1)  # rows sum to 1
+    if nadaraya:
+        return kernel
+    u = (k - q) if centred else k.expand_as(kernel)
+    s1 = (kernel * u).sum(-1, keepdim=True)
+    s2 = (kernel * u ** 2).sum(-1, keepdim=True)
+    return kernel * (s2 - sign * u * s1) / (s2 - s1 ** 2)
+
+
+def local_linear(queries, keys, values, width):
+    """Local linear regression with a Gaussian kernel; returns (predictions, weights).
+
+    In float64 inside: the weights divide by a weighted variance of the keys, which
+    float32 computes with a relative error near 1e-6 that grows as the width shrinks.
+    """
+    _validate_local(queries, keys, values, width)
+    weights = _local_weights64(queries, keys, width)
+    return (weights @ values.double()).to(values.dtype), weights.to(values.dtype)
+
+
+# Inputs of the public and hidden checks ---------------------------------------------------
+
+
+def _local_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    data = make_regression_1d(num_train=30, seed=seed)
+    queries = 0.3 + 4.4 * torch.rand(12, generator=g)
+    return [Call(args=(queries, data.x_train, data.y_train, 0.4))]
+
+
+def _local_boundary_calls(seed):
+    data = make_regression_1d(num_train=40, seed=seed)
+    queries = torch.tensor([0.0, 0.1, 2.5, 4.9, 5.0])
+    return [Call(args=(queries, data.x_train, data.y_train, 0.3))]
+
+
+def _local_line_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    keys = 5 * torch.rand(25, generator=g)  # unsorted
+    values = 1.5 - 0.8 * keys                 # a straight line, no noise
+    queries = torch.linspace(0.0, 5.0, 9)
+    return [Call(args=(queries, keys, values, 0.5))]
+
+
+def _local_bad_calls(seed):
+    data = make_regression_1d(num_train=10, seed=seed)
+    x, y = data.x_train, data.y_train
+    queries = torch.tensor([1.0, 2.0])
+    return [Call(args=(queries, x, y, 0.0)), Call(args=(queries, x, y, -0.3)),
+            Call(args=(queries, x, y[:8], 0.5)),
+            Call(args=(queries, x[None], y[None], 0.5)),     # keys, values not 1-D
+            Call(args=(queries, x[:1], y[:1], 0.5))]         # n = 1
+
+
+def _local_mentions(call):
+    keys, values = call.args[1:3]
+    bad_pair = keys.dim() != 1 or keys.shape != values.shape or keys.numel() < 2
+    return ["keys", "values"] if bad_pair else ["width"]
+
+
+def _local_hidden_calls(seed):
+    g = torch.Generator().manual_seed(seed)
+    num_train = int(torch.randint(20, 50, (1,), generator=g))
+    data = make_regression_1d(num_train=num_train, noise=0.25, seed=seed)
+    width = round(0.3 + 0.6 * torch.rand(1, generator=g).item(), 3)
+    queries = 5 * torch.rand(15, generator=g)
+    return [Call(args=(queries, data.x_train, data.y_train, width)),
+            Call(args=(data.x_test[::10], data.x_train, data.y_train, width))]
+
+
+# float32 answers against a float64 reference: weights of size ~1 that are built from a
+# weighted variance near 0.03 (at the ends of [0, 5]).
+_LOCAL_RTOL, _LOCAL_ATOL = 1e-3, 1e-5
+
+
+# Kept mistakes, each with its hint --------------------------------------------------------
+
+
+def _local_mistake(validate=True, **kw):
+    def impl(queries, keys, values, width):
+        if validate:
+            _validate_local(queries, keys, values, width)
+        weights = _local_weights64(queries, keys, width, **kw)
+        return (weights @ values.double()).float(), weights.float()
+    return impl
+
+
+mistakes.add("Nadaraya–Watson weights",
+             "these are the plain Nadaraya–Watson weights: they fit a "
+"constant, not a line, so a slope in the data biases the ends.",
+             _local_mistake(nadaraya=True))
+
+
+mistakes.add("line evaluated at x = 0",
+             "your line was fitted in k rather than in k - q, and its "
+"intercept is its value at x = 0; the prediction is the line's value at the query.",
+             _local_mistake(centred=False))
+
+
+mistakes.add("slope term with the wrong sign",
+             "the weights add u_i S1 where the formula subtracts "
+"it, so the rows no longer sum to 1 and a straight line is not reproduced.",
+             _local_mistake(sign=-1.0))
+
+
+@mistakes.keep("kernel factor K_i left out",
+               "your weights are (S2 - u_i S1) / (S0 S2 - S1^2) without the "
+"kernel factor K_i, so keys far from the query weigh as much as near ones and the rows no "
+"longer sum to 1.")
+def _local_no_kernel(queries, keys, values, width):
+    _validate_local(queries, keys, values, width)
+    q, k = queries.double()[:, None], keys.double()[None, :]
+    kernel = torch.exp(-(q - k) ** 2 / (2 * float(width) ** 2))
+    u = k - q
+    s0, s1, s2 = (kernel.sum(-1, keepdim=True), (kernel * u).sum(-1, keepdim=True),
+                  (kernel * u ** 2).sum(-1, keepdim=True))
+    weights = (s2 - u * s1) / (s0 * s2 - s1 ** 2)
+    return (weights @ values.double()).float(), weights.float()
+
+
+mistakes.add("no width check",
+             "a width of 0 or below must raise ValueError naming width.",
+             _local_mistake(validate=False))
+
+
+# Kept alternatives (correct answers in other styles) --------------------------------------
+
+
+@alternatives.keep("2 x 2 solve per query",
+                   "torch.linalg.solve of the weighted normal equations, "
+"a loop over queries, float32")
+def _local_alt_solve_loops(queries, keys, values, width):
+    # One weighted least-squares problem per query: beta = (X^T K X)^-1 X^T K v, X = [1, k - q].
+    if queries.dim() != 1:
+        raise ValueError("queries must be 1-D")
+    if keys.dim() != 1 or keys.shape != values.shape or len(keys) < 2:
+        raise ValueError("keys and values must be 1-D with the same length >= 2")
+    if width <= 0:
+        raise ValueError("width must be > 0")
+    rows = []
+    for q in queries:
+        design = torch.stack([torch.ones_like(keys), keys - q], dim=1)       # (n, 2)
+        kernel = torch.softmax(-(keys - q) ** 2 / (2 * width ** 2), dim=0)    # (n,)
+        weighted = design.T * kernel                                          # X^T K, (2, n)
+        hat = torch.linalg.solve(weighted @ design, weighted)                 # (2, n)
+        rows.append(hat[0])  # the intercept of the line centred at q is the prediction
+    weights = torch.stack(rows)
+    return weights @ values, weights
+
+
+@alternatives.keep("corrected Nadaraya–Watson",
+                   "NW weights times 1 + (q - mean key)(k - mean key) / "
+"spread")
+def _local_alt_corrected_nw(queries, keys, values, width):
+    # Nadaraya–Watson weights, plus a slope correction through the weighted mean of the keys.
+    if queries.ndim != 1:
+        raise ValueError(f"queries: expected 1-D, got {queries.shape}")
+    if keys.ndim != 1 or values.ndim != 1 or keys.numel() != values.numel() or keys.numel() < 2:
+        raise ValueError(f"keys {keys.shape} and values {values.shape}: 1-D, same length >= 2")
+    if not width > 0:
+        raise ValueError(f"width {width} is not positive")
+    alpha = torch.softmax(-0.5 * ((queries[:, None] - keys[None, :]) / width) ** 2, dim=1).double()
+    k = keys.double()
+    mean_key = alpha @ k                                            # (m,)
+    centred = k[None, :] - mean_key[:, None]                        # (m, n)
+    spread = (alpha * centred ** 2).sum(1, keepdim=True)
+    weights = alpha * (1 + (queries.double() - mean_key)[:, None] * centred / spread)
+    return (weights @ values.double()).float(), weights.float()
+
+
+@alternatives.keep("pseudo-inverse",
+                   "torch.linalg.pinv of the sqrt-kernel-weighted design")
+def _local_alt_pinv(queries, keys, values, width):
+    # sqrt(K)-weighted design and its pseudo-inverse: the first row maps sqrt(K) v to the intercept.
+    if queries.dim() != 1:
+        raise ValueError("queries should be 1-D")
+    if keys.dim() != 1 or values.dim() != 1 or keys.shape[0] != values.shape[0] or keys.shape[0] < 2:
+        raise ValueError("keys and values should be 1-D of the same length (at least 2)")
+    if width <= 0:
+        raise ValueError(f"width={width}: must be positive")
+    k = keys.double()
+    out = []
+    for q in queries.double():
+        root = torch.exp(-(k - q) ** 2 / (4 * width ** 2))                   # sqrt of the kernel
+        design = torch.stack([torch.ones_like(k), k - q], 1) * root[:, None]
+        out.append(torch.linalg.pinv(design)[0] * root)
+    weights = torch.stack(out)
+    return (weights @ values.double()).float(), weights.float()
+
+
+@alternatives.keep("raw moments in float64",
+                   "unnormalised kernel, S0 S2 - S1^2 as a determinant")
+def _local_alt_moments_batched(queries, keys, values, width):
+    # Raw kernel moments S0, S1, S2 as a batch of 2 x 2 systems, in float64.
+    if queries.dim() != 1:
+        raise ValueError("queries needs shape (m,)")
+    if keys.dim() != 1 or keys.shape != values.shape or keys.numel() < 2:
+        raise ValueError("keys and values need the same shape (n,), n >= 2")
+    if width <= 0:
+        raise ValueError("width must be positive")
+    u = keys.double()[None, :] - queries.double()[:, None]
+    kernel = torch.exp(-u ** 2 / (2 * width ** 2))
+    s0, s1, s2 = (kernel.sum(1), (kernel * u).sum(1), (kernel * u * u).sum(1))
+    det = s0 * s2 - s1 ** 2
+    weights = kernel * (s2[:, None] - u * s1[:, None]) / det[:, None]
+    return (weights @ values.double()).to(values.dtype), weights.to(values.dtype)
+
+
+# Registration -----------------------------------------------------------------------------
+
+register(Exercise(
+    label="ch02_ex5", title="Local linear regression: fixing the boundary bias",
+    name="local_linear", reference=local_linear, points=3,
+    checks=[
+        Check("12 queries inside [0.3, 4.7], 30 noisy keys, width 0.4", _local_calls, seed=0,
+              rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
+              hint="compare one row of weights with K_i (S2 - u_i S1) / (S0 S2 - S1^2), u_i = k_i - q, "
+                   "and check that every row sums to 1."),
+        Check("queries at the ends of [0, 5] and in the middle, width 0.3", _local_boundary_calls, seed=1,
+              rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
+              hint="this check compares (predictions, weights) at queries 0, 0.1, 2.5, 4.9 and 5 with width "
+                   "0.3: row i of weights holds K_j (S2 - u_j S1) / (S0 S2 - S1^2) with u_j = k_j - q_i, "
+                   "and predictions = weights @ values; the reason above names the item that differs."),
+        Check("a straight line through unsorted keys is reproduced exactly", _local_line_calls, seed=2,
+              rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
+              hint="this check's values lie on the line 1.5 - 0.8 x (25 unsorted keys, width 0.5): the "
+                   "predictions lie on that line, and the weights follow the contract's formula with rows "
+                   "summing to 1; the reason above names the item that differs."),
+        Check("a non-positive width or keys and values of different lengths raise ValueError",
+              _local_bad_calls, seed=0, must_mention=_local_mentions, weight=ERROR_WEIGHT,
+              hint="calls 1 and 2 pass width 0 and a negative width (name width); calls 3 to 5 keys and "
+                   "values of different lengths, not 1-D, or of length 1 (name both)."),
+        Check("fresh data, width and queries (hidden)", _local_hidden_calls, public=False, seed=3,
+              rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
+              hint="a weighted line fitted around each query, its value at the query; weights sum to 1."),
+    ],
+    mistakes=list(mistakes),
+    alternatives=list(alternatives),
+))

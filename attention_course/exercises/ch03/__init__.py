@@ -1,0 +1,33 @@
+"""Chapter 3 exercises: attention scoring functions.
+
+ch03_ex1  masked_softmax(scores, valid_lens)
+ch03_ex2  scaled_dot_product_attention(queries, keys, values, valid_lens=None) -> (output, weights)
+ch03_ex3  AdditiveAttention(query_size, key_size, num_hiddens)  (an nn.Module)
+ch03_ex4  attention_shapes(queries_shape, keys_shape, values_shape, num_hiddens) -> dict of shapes
+ch03_ex5  BilinearAttention(query_size, key_size)  (an nn.Module): the "general" score q^T W k
+
+The references of ex1-ex3 are the finished building blocks of
+:mod:`attention_course.functional`. A row whose valid length is 0 gets all-zero
+weights (so a zero output) and a zero gradient; the checks test both, forward and
+backward (``grads_of``). ``masked_softmax`` must not modify ``scores`` in place: the
+gradient checks pass ``scores`` as a leaf that requires grad, and autograd refuses
+an in-place change of such a tensor.
+
+Kept mistakes include the known bugs of other courses: d2l's masked softmax fills
+padding with a finite -1e6 (a row of valid length 0 comes out uniform; d2l PR #2423),
+and an additive -inf mask zeroed afterwards (right forward, NaN gradients).
+Kept alternatives include d2l's own masked softmax and DotProductAttention and
+AdditiveAttention (LazyLinear layers) adapted to this contract, einsum, loops,
+float64 inside and torch's fused ``scaled_dot_product_attention``.
+
+One module per exercise, its parts in one order: the contract, the reference, the
+inputs of the checks, the kept mistakes (each with its hint), the kept alternatives,
+the registration. Helpers shared by the chapter's exercises are in ``_common.py``.
+"""
+from . import (  # noqa: F401  (importing an exercise module registers it)
+    ex1_masked_softmax,
+    ex2_scaled_dot_product_attention,
+    ex3_additive_attention,
+    ex4_attention_shapes,
+    ex5_bilinear_attention,
+)

@@ -1,0 +1,48 @@
+"""Chapter 4 -- Self-attention, step by step.
+
+Exercises
+---------
+* ``ch04_ex1`` ``context_vector(inputs, query_index)``: one context vector of simple
+  (unprojected, unscaled) self-attention (any style: the contract does not ask for loops).
+* ``ch04_ex2`` ``simple_self_attention(inputs)``: the same for all queries at once,
+  in matrix form, for 2-D or batched 3-D inputs; returns ``(weights, contexts)``.
+* ``ch04_ex3`` ``SelfAttention(d_in, d_out, qkv_bias=False)``: scaled dot-product
+  self-attention with ``nn.Linear`` projections ``W_query``, ``W_key``, ``W_value``.
+* ``ch04_ex4`` ``attend_permuted(inputs, perm, W_query, W_key, W_value)``: attention
+  on permuted tokens, and its output put back into the original token order.
+* ``ch04_ex5`` ``sinusoidal_encoding(num_positions, d_model)``: the sinusoidal
+  positional encoding of Vaswani et al. (2017), interleaved sin/cos columns, float32.
+* ``ch04_ex6`` ``linear_state_dict(W_query, W_key, W_value)``: the ``(d_in, d_out)``
+  matrices of the chapter's ``nn.Parameter`` module as a state dict for exercise 3's
+  ``nn.Linear`` module (transfer: ``nn.Linear`` stores ``(d_out, d_in)``).
+* ``ch04_ex7`` ``offset_matrix(k, d_model)``: the block-diagonal rotation ``M_k`` with
+  ``M_k @ PE[pos] == PE[pos + k]`` for every position (transfer: the chapter shows one
+  2x2 block; negative offsets, the pair layout and validation are the student's).
+
+Decisions (documented in the notebook's contracts as well):
+
+* ``query_index`` must satisfy ``0 <= query_index < num_tokens``; negative indices
+  are refused with a ``ValueError`` naming ``query_index``.
+* ``sinusoidal_encoding`` requires ``num_positions >= 1`` and an even ``d_model >= 2``
+  (sines and cosines come in pairs); otherwise ``ValueError`` naming the argument.
+* A check that expects an error holds only failing calls, so the test that caps
+  error-message checks at a fifth of the chapter's points counts it; an untouched stub
+  still fails it with the ``NotImplementedError`` reason (which names the label).
+* Every exercise keeps at least three correct alternatives in other styles (loops,
+  einsum, float64 inside, torch's fused SDPA, LLMs-from-scratch's and d2l's layouts,
+  the Annotated Transformer's exp-log frequencies); the tests prove they pass. Error-
+  message checks carry half the weight of a value check.
+
+One module per exercise, its parts in one order: the contract, the reference, the
+inputs of the checks, the kept mistakes (each with its hint), the kept alternatives,
+the registration. Helpers shared by the chapter's exercises are in ``_common.py``.
+"""
+from . import (  # noqa: F401  (importing an exercise module registers it)
+    ex1_context_vector,
+    ex2_simple_self_attention,
+    ex3_self_attention,
+    ex4_attend_permuted,
+    ex5_sinusoidal_encoding,
+    ex6_linear_state_dict,
+    ex7_offset_matrix,
+)

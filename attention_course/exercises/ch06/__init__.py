@@ -1,0 +1,39 @@
+"""Chapter 6 exercises: multi-head attention.
+
+ch06_ex1  split_heads(x, num_heads)    (batch, tokens, d_out) -> (batch, heads, tokens, head_dim)
+ch06_ex2  merge_heads(x)                (batch, heads, tokens, head_dim) -> (batch, tokens, d_out)
+ch06_ex3  MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
+ch06_ex4  fuse_head_weights(query_weights, key_weights, value_weights) -> in_proj_weight
+ch06_ex5  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
+
+Conventions fixed by this chapter (stated in each exercise's contract):
+
+* Feature ``h * head_dim + i`` of a ``d_out``-wide projection belongs to head ``h``
+  (``head_dim = d_out // num_heads``), the layout of ``nn.MultiheadAttention`` and of
+  :mod:`attention_course.multihead`.
+* ``d_out`` not divisible by ``num_heads`` is a ``ValueError`` whose message names
+  ``d_out`` and ``num_heads`` and gives their values.
+* A boolean mask is ``True`` where a query must **not** attend to a key (Chapter 5);
+  a query that sees no key at all gets all-zero weights and a zero output (Chapter 3).
+* ``MultiHeadAttention`` keeps its causal mask as a non-persistent buffer ``mask``;
+  the checks load the parameters with ``load_state_dict``, so the order in which a
+  student creates the layers does not matter, but their names and shapes do. Its
+  dropout is checked by properties of 40 seeded draws
+  (:mod:`attention_course.dropout_checks`), never by one random stream.
+* Error-message checks weigh a fifth to two fifths of a value check, so that they carry
+  less than a fifth of the chapter's points. Every exercise keeps at least three
+  correct alternatives (unflatten, chunks stacked, loops over heads, SDPA, einsum in
+  float64, LLMs-from-scratch's layout); kept mistakes include d2l #2056 (full-width
+  heads) and a persistent float mask buffer (LLMs-from-scratch's register_buffer).
+
+One module per exercise, its parts in one order: the contract, the reference, the
+inputs of the checks, the kept mistakes (each with its hint), the kept alternatives,
+the registration. Helpers shared by the chapter's exercises are in ``_common.py``.
+"""
+from . import (  # noqa: F401  (importing an exercise module registers it)
+    ex1_split_heads,
+    ex2_merge_heads,
+    ex3_multi_head_attention,
+    ex4_fuse_head_weights,
+    ex5_per_head_masked_attention,
+)

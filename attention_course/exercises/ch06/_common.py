@@ -1,0 +1,21 @@
+"""Helpers shared by the exercises of chapter 6 (one copy each)."""
+from __future__ import annotations
+
+
+def _head_dim(d_out, num_heads):
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive integer, got num_heads={num_heads!r}")
+    if d_out % num_heads:
+        raise ValueError(f"d_out must be divisible by num_heads, got d_out={d_out} and num_heads={num_heads}")
+    return d_out // num_heads
+
+
+def _mention_sizes():
+    """must_mention for the divisibility error: both names and both values."""
+    def words(call):
+        if call.init_args is not None:
+            d_out, num_heads = call.init_args[1], call.init_args[4]
+        else:
+            d_out, num_heads = call.args[0].shape[-1], call.args[1]
+        return ["d_out", "num_heads", str(d_out), str(num_heads)]
+    return words

@@ -1,0 +1,538 @@
+r"""ch06_ex3: The efficient multi-head attention layer.
+
+Write a class `MultiHeadAttention(nn.Module)` with constructor
+`MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)`. Raise
+`ValueError` naming `d_out` and `num_heads` and giving their values when `d_out` is not divisible
+by `num_heads`. Create exactly these parameters, in any order: three
+`nn.Linear(d_in, d_out, bias=qkv_bias)` named `W_query`, `W_key`, `W_value` (each head's share is
+`head_dim = d_out // num_heads` of their outputs), and `out_proj = nn.Linear(d_out, d_out)`;
+a dropout with probability `dropout` (an `nn.Dropout(dropout)` is simplest); and a
+**non-persistent** buffer named `mask`, built once from `context_length`, that holds the causal
+mask (a bool `(context_length, context_length)` tensor, `True` strictly above the diagonal, is
+simplest; the checks look at the buffer's name, not its layout, so another layout that your
+`forward` uses correctly is fine). The checks load the parameters with `load_state_dict`, and
+check dropout by properties of many seeded draws (their mean approaches the eval-mode output,
+their spread is that of dropout with probability `dropout`, and with every value vector equal the
+draws must vary only as dropped attention weights make them), so any correct inverted dropout on
+the attention weights passes.
+
+`forward(x)` takes `x` of shape `(batch, num_tokens, d_in)` with
+`1 <= num_tokens <= context_length` and returns `(batch, num_tokens, d_out)`: project `x` once
+with each of the three layers, split the result into heads (feature `h * head_dim + i` belongs to
+head `h`), compute every head's scores (one batched matrix product is the efficient way), divide them by
+the square root of `head_dim`, fill the future (every key after the query, as `mask` marks it) with
+$-\infty$, take the softmax over the keys, apply dropout once to these attention weights (and
+nowhere else), weight the values, merge the heads back in order and apply `out_proj`. When `num_tokens > context_length`,
+raise `ValueError` naming `num_tokens` and `context_length`.
+"""
+from __future__ import annotations
+
+import math
+
+from torch import nn
+import torch
+import torch.nn.functional as F
+
+from ...dropout_checks import draw_calls, dropout_compare
+from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from .._kit import Kept, gen, randint
+from ._common import _head_dim, _mention_sizes
+
+mistakes = Kept(Mistake)
+alternatives = Kept(Alternative)
+
+
+# The reference ----------------------------------------------------------------------------
+
+
+class MultiHeadAttention(nn.Module):
+    """Efficient multi-head causal self-attention (one projection each, heads in one matmul)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.head_dim = _head_dim(d_out, num_heads)
+        self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1),
+                             persistent=False)
+
+    def forward(self, x):
+        batch, num_tokens, _ = x.shape
+        if num_tokens > self.context_length:
+            raise ValueError(f"num_tokens={num_tokens} exceeds context_length={self.context_length}")
+
+        def split(t):
+            return t.view(batch, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = split(self.W_query(x)), split(self.W_key(x)), split(self.W_value(x))
+        scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)
+        scores = scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1))
+        context = (weights @ v).transpose(1, 2).reshape(batch, num_tokens, self.d_out)
+        return self.out_proj(context)
+
+
+# Inputs of the public and hidden checks ---------------------------------------------------
+
+
+def _mha_state(g, d_in, d_out, bias=False):
+    state = {}
+    for name in ("W_query", "W_key", "W_value"):
+        state[f"{name}.weight"] = torch.randn(d_out, d_in, generator=g) * 0.6
+        if bias:
+            state[f"{name}.bias"] = torch.randn(d_out, generator=g) * 0.3
+    state["out_proj.weight"] = torch.randn(d_out, d_out, generator=g) * 0.5
+    state["out_proj.bias"] = torch.randn(d_out, generator=g) * 0.2
+    return state
+
+
+def _mha_main_calls(seed):
+    g = gen(seed)
+    d_in, d_out, ctx, heads = 4, 6, 5, 3
+    return [Call(init_args=(d_in, d_out, ctx, 0.5, heads), init_seed=seed, strict_state=True, state_dict=_mha_state(g, d_in, d_out),
+                 train=False, args=(torch.randn(2, ctx, d_in, generator=g),),
+                 report=("param_shapes", "buffer_names"))]
+
+
+def _mha_short_calls(seed):
+    g = gen(seed)
+    d_in, d_out, ctx, heads = 5, 8, 8, 4
+    state = _mha_state(g, d_in, d_out)
+    return [Call(init_args=(d_in, d_out, ctx, 0.0, heads), init_seed=seed, strict_state=True, state_dict=state, train=False,
+                 args=(torch.randn(2, n, d_in, generator=g),)) for n in (3, 1)]
+
+
+def _mha_draws(d_in, d_out, ctx, p, heads, state, x, bias=False):
+    def make(train, call_seed, dropout=p):
+        return Call(init_args=(d_in, d_out, ctx, dropout, heads), init_kwargs={"qkv_bias": bias}, init_seed=0, strict_state=True,
+                    state_dict=state, train=train, call_seed=call_seed, args=(x,))
+    return draw_calls(make, range(400, 440), p, p0_call=make(True, 7, dropout=0.0))
+
+
+def _mha_train_calls(seed):
+    g = gen(seed)
+    d_in, d_out, ctx, heads = 4, 6, 5, 2
+    return _mha_draws(d_in, d_out, ctx, 0.25, heads, _mha_state(g, d_in, d_out),
+                      torch.randn(2, ctx, d_in, generator=g))
+
+
+def _mha_train_hidden_calls(seed):
+    g = gen(seed)
+    heads, head_dim = randint(g, 2, 3), randint(g, 1, 3)
+    d_in, d_out, ctx = randint(g, 2, 5), heads * head_dim, randint(g, 3, 6)
+    p = round(0.2 + 0.2 * torch.rand((), generator=g).item(), 3)
+    return _mha_draws(d_in, d_out, ctx, p, heads, _mha_state(g, d_in, d_out, bias=True),
+                      torch.randn(2, ctx, d_in, generator=g), bias=True)
+
+
+_compare_mha_dropout = dropout_compare(p_of=lambda call: call.init_args[3], is_train=lambda call: call.train)
+
+
+# Where the dropout acts. With W_value's weight 0 and its bias v, every value vector is v; with
+# out_proj's bias 0, out_proj's input is recovered from the output through out_proj's weight
+# (orthogonal here, so exactly). Dropout on the attention weights only rescales a query's weights,
+# so head h's share of out_proj's input is one factor times v_h, in every draw. Dropout on
+# out_proj's output zeroes single output entries; on the merged heads, single features of
+# out_proj's input; on the values, it makes the features of one head differ in scale.
+_PLACEMENT_P, _PLACEMENT_HEADS, _PLACEMENT_HEAD_DIM, _PLACEMENT_CTX = 0.3, 2, 3, 6
+
+
+def _mha_placement_calls(seed):
+    g = gen(seed)
+    d_in, heads, ctx = 3, _PLACEMENT_HEADS, _PLACEMENT_CTX
+    d_out = heads * _PLACEMENT_HEAD_DIM
+    state = _mha_state(g, d_in, d_out, bias=True)
+    sign = torch.where(torch.rand(d_out, generator=g) < 0.5, -1.0, 1.0)
+    state["W_value.weight"] = torch.zeros(d_out, d_in)
+    state["W_value.bias"] = sign * (0.5 + torch.rand(d_out, generator=g))      # |v_i| >= 0.5
+    state["out_proj.weight"] = torch.linalg.qr(torch.randn(d_out, d_out, generator=g, dtype=torch.float64))[0].float()
+    state["out_proj.bias"] = torch.zeros(d_out)
+    return _mha_draws(d_in, d_out, ctx, _PLACEMENT_P, heads, state, torch.randn(2, ctx, d_in, generator=g),
+                      bias=True)
+
+
+def _placement(draws, call):
+    """How the training-mode draws of one answer vary: 'weights' (head h's share of out_proj's
+    input is a multiple of v_h in every draw), 'output' (single output entries are 0),
+    'merged' (single features of out_proj's input are 0) or 'other'; with the numbers seen."""
+    p, heads = call.init_args[3], call.init_args[4]
+    w_o, v = call.state_dict["out_proj.weight"].double(), call.state_dict["W_value.bias"].double()
+    out = torch.stack([d.double() for d in draws])                      # (K, batch, tokens, d_out)
+    merged = out @ torch.linalg.inv(w_o).T                              # out = merged @ w_o.T
+    hd = v.numel() // heads
+    blocks, vs = merged.unflatten(-1, (heads, hd)), v.view(heads, hd)
+    coef = (blocks * vs).sum(-1, keepdim=True) / (vs * vs).sum(-1, keepdim=True)
+    off = (blocks - coef * vs).abs().amax(-1)                           # (K, batch, tokens, heads)
+    bad_rows = (off > 1e-4 * (merged.abs().max().item() + 1.0)).any(-1)
+    # Zeros among rows (of the output) or head blocks (of out_proj's input) that are not all zero:
+    # a query whose weights are all dropped gives a zero row, which is correct.
+    tiny = 1e-5 * (out.abs().max().item() + 1.0)
+    out_zero = out.abs() <= tiny
+    live_rows = ~out_zero.all(-1, keepdim=True)
+    out_frac = float((out_zero & live_rows).sum()) / max(int(live_rows.sum()) * out.shape[-1], 1)
+    blk_zero = blocks.abs() <= tiny
+    live_blk = ~blk_zero.all(-1, keepdim=True)
+    blk_frac = float((blk_zero & live_blk).sum()) / max(int(live_blk.sum()) * hd, 1)
+    if not bool(bad_rows.any()):
+        kind = "weights"
+    elif out_frac > p / 2:
+        kind = "output"
+    elif blk_frac > p / 2:
+        kind = "merged"
+    else:
+        kind = "other"
+    return {"kind": kind, "bad_draws": int(bad_rows.flatten(1).any(1).sum()), "k": len(draws),
+            "out_frac": out_frac, "blk_frac": blk_frac}
+
+
+def _placement_text(st):
+    if st["kind"] == "weights":
+        return "in every draw"
+    text = f"not in {st['bad_draws']} of {st['k']} draws"
+    if st["kind"] == "output":
+        text += f"; a fraction {st['out_frac']:.2f} of the output entries (in rows not all 0) is exactly 0"
+    elif st["kind"] == "merged":
+        text += (f"; a fraction {st['blk_frac']:.2f} of the features of out_proj's input (in head blocks "
+                 f"not all 0) is exactly 0")
+    else:
+        text += "; no single output entry or feature of out_proj's input is zeroed"
+    return text
+
+
+def _compare_mha_placement(got, want, calls):
+    draws = [i for i, c in enumerate(calls) if c.train and c.init_args[3] > 0]
+    rest = [i for i in range(len(calls)) if i not in draws]
+    # Errors, and eval mode (or dropout=0) differing from the reference, are reported as usual.
+    if _compare_mha_dropout([got[i] for i in rest], [want[i] for i in rest], [calls[i] for i in rest]) \
+            or any(o["status"] != "ok" or not isinstance(o["value"], torch.Tensor) for o in got + want) \
+            or any(g["value"].shape != w["value"].shape or g["value"].dtype != w["value"].dtype
+                   for g, w in zip(got, want)):
+        return _compare_mha_dropout(got, want, calls)
+    call = calls[draws[0]]
+    sg = _placement([got[i]["value"] for i in draws], call)
+    sw = _placement([want[i]["value"] for i in draws], call)
+    if sg["kind"] != sw["kind"]:
+        return (f"with every value vector equal to one vector v and out_proj's bias 0, out_proj's input "
+                f"(recovered through out_proj's weight) should, for every query and head h, be one factor "
+                f"times v's share of head h in training mode ({_placement_text(sw)}); yours is "
+                f"{_placement_text(sg)} (p={call.init_args[3]})")
+    return _compare_mha_dropout(got, want, calls)
+
+
+def _mha_indivisible_calls(seed):
+    g = gen(seed)
+    return [Call(init_args=(4, 10, 6, 0.0, 4), init_seed=seed, args=(torch.randn(1, 3, 4, generator=g),))]
+
+
+def _mha_too_long_calls(seed):
+    g = gen(seed)
+    return [Call(init_args=(3, 4, 4, 0.0, 2), init_seed=seed, strict_state=True, state_dict=_mha_state(g, 3, 4), train=False,
+                 args=(torch.randn(1, 6, 3, generator=g),))]
+
+
+def _mha_hidden_calls(seed):
+    g = gen(seed)
+    heads, head_dim = randint(g, 2, 4), randint(g, 1, 3)
+    d_in, d_out = randint(g, 2, 6), heads * head_dim
+    ctx = randint(g, 4, 9)
+    n = randint(g, 2, ctx)
+    return [Call(init_args=(d_in, d_out, ctx, 0.3, heads), init_kwargs={"qkv_bias": True}, init_seed=seed, strict_state=True,
+                 state_dict=_mha_state(g, d_in, d_out, bias=True), train=False,
+                 args=(torch.randn(3, n, d_in, generator=g),), grads_of=(0,),
+                 report=("param_shapes", "buffer_names"))]
+
+
+def _mha_hidden_bad_calls(seed):
+    g = gen(seed)
+    heads = randint(g, 3, 5)
+    d_out = heads * randint(g, 1, 3) + randint(g, 1, heads - 1)
+    return [Call(init_args=(3, d_out, 5, 0.0, heads), init_seed=seed, args=(torch.randn(1, 2, 3, generator=g),))]
+
+
+_MHA_HINT = ("this check loads given weights by name (load_state_dict), lists parameter shapes and buffer "
+             "names, and compares the eval-mode output: compare each step (projections, split, per-head "
+             "scaled scores, causal mask, softmax, merge, out_proj) and the names with the contract.")
+
+
+_MHA_DRAWS_HINT = ("this check first compares eval mode (two calls) and training mode with dropout=0 with the "
+                   "contract's output, then 40 training-mode outputs, each with its own seed: their mean must "
+                   "approach the eval-mode output and their summed variance must be within a factor 2 of that "
+                   "of dropout with probability p on the attention weights.")
+
+
+_MHA_PLACEMENT_HINT = ("this check first compares eval mode and dropout=0 with the contract's output, with every "
+                       "value vector set to one vector v (W_value's weight 0, its bias v) and out_proj's bias "
+                       "0; then 40 training-mode draws. Dropout on the attention weights only rescales each "
+                       "query's weights, so in every draw head h's share of out_proj's input is one number "
+                       "times v's share of head h; the check recovers out_proj's input from the output "
+                       "through out_proj's weight and tests that, then the mean and spread of the draws.")
+
+
+# Kept mistakes, each with its hint --------------------------------------------------------
+
+
+def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scale_by="head_dim",
+                 use_out_proj=True, divisibility_check=True, persistent_float_mask=False, dropout_on="weights"):
+    """A MultiHeadAttention that is wrong in exactly the way switched on."""
+
+    class Variant(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__()
+            if divisibility_check:
+                _head_dim(d_out, num_heads)
+            self.head_dim = d_out if head_dim_is_d_out else d_out // num_heads
+            width = num_heads * self.head_dim
+            self.d_out, self.num_heads, self.context_length = d_out, num_heads, context_length
+            self.W_query = nn.Linear(d_in, width, bias=qkv_bias)
+            self.W_key = nn.Linear(d_in, width, bias=qkv_bias)
+            self.W_value = nn.Linear(d_in, width, bias=qkv_bias)
+            self.out_proj = nn.Linear(width, d_out)
+            self.dropout = nn.Dropout(dropout)
+            mask = torch.ones(context_length, context_length, dtype=torch.bool).triu(1)
+            if persistent_float_mask:   # LLMs-from-scratch: register_buffer("mask", torch.triu(ones, 1))
+                self.register_buffer("mask", mask.float())
+            else:
+                self.register_buffer("mask", mask, persistent=False)
+
+        def forward(self, x):
+            b, n, _ = x.shape
+            if n > self.context_length:
+                raise ValueError(f"num_tokens={n} exceeds context_length={self.context_length}")
+            h, hd = self.num_heads, self.head_dim
+
+            def to_heads(t):
+                if split == "no transpose":
+                    return t.reshape(b, h, n, hd)
+                return t.reshape(b, n, h, hd).transpose(1, 2)
+
+            q, k, v = to_heads(self.W_query(x)), to_heads(self.W_key(x)), to_heads(self.W_value(x))
+            if dropout_on == "values":
+                v = self.dropout(v)
+            scale = math.sqrt(hd if scale_by == "head_dim" else self.d_out)
+            scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask.bool()[:n, :n], float("-inf"))
+            weights = torch.softmax(scores, dim=-1)
+            ctx = (self.dropout(weights) if dropout_on == "weights" else weights) @ v
+            if split == "no transpose":
+                ctx = ctx.reshape(b, n, h * hd)
+            elif merge == "interleaved":
+                ctx = ctx.permute(0, 2, 3, 1).reshape(b, n, h * hd)
+            else:
+                ctx = ctx.transpose(1, 2).reshape(b, n, h * hd)
+            if dropout_on == "merged":
+                ctx = self.dropout(ctx)
+            out = self.out_proj(ctx) if use_out_proj else ctx
+            return self.dropout(out) if dropout_on == "output" else out
+
+    # Named like the answer's class: load_state_dict's errors quote the class name.
+    Variant.__name__ = Variant.__qualname__ = "MultiHeadAttention"
+    return Variant
+
+
+mistakes.add("head_dim = d_out (d2l #2056: full-width heads)",
+             "each head must be d_out // num_heads wide, so W_query, W_key and W_value map d_in to d_out "
+             "in total; you gave every head the full d_out (num_heads times too many parameters).",
+             _mha_variant(head_dim_is_d_out=True))
+
+
+mistakes.add("view without transpose",
+             "you reshaped the projections straight to (batch, heads, tokens, head_dim): right shape, but "
+             "each head then mixes features of different tokens. Split the feature axis, then swap the "
+             "tokens and heads axes (and undo it the same way when merging).",
+             _mha_variant(split="no transpose"))
+
+
+mistakes.add("heads merged in the wrong order",
+             "when merging, head h must fill features h * head_dim ... (h + 1) * head_dim - 1; you "
+             "interleaved the heads feature by feature.",
+             _mha_variant(merge="interleaved"))
+
+
+mistakes.add("scaled by sqrt(d_out)",
+             "each head's scores are dot products of head_dim-sized vectors, so divide by the square root "
+             "of head_dim, not of d_out.",
+             _mha_variant(scale_by="d_out"))
+
+
+mistakes.add("out_proj not applied",
+             "the merged heads still have to go through the output projection out_proj.",
+             _mha_variant(use_out_proj=False))
+
+
+mistakes.add("no divisibility check",
+             "when d_out is not a multiple of num_heads, raise ValueError in __init__ naming d_out and "
+             "num_heads with their values, instead of failing later in a reshape.",
+             _mha_variant(divisibility_check=False))
+
+
+mistakes.add("persistent float mask buffer",
+             "your mask is a persistent buffer, so state_dict expects it and loading the projections alone "
+             "fails (\"Missing key(s) ... mask\"); it is rebuilt from context_length, so register it with "
+             "persistent=False.",
+             _mha_variant(persistent_float_mask=True))
+
+
+mistakes.add("dropout on out_proj's output",
+             "in training mode single entries of your layer's output are exactly 0, as when the dropout "
+             "is applied to the output of out_proj; the contract drops attention weights: apply the "
+             "dropout once to the softmax weights, before they weight the values.",
+             _mha_variant(dropout_on="output"))
+
+
+mistakes.add("dropout on the merged heads",
+             "in training mode single features of out_proj's input are exactly 0, as when the dropout "
+             "is applied to the merged heads (or to the context vectors); the contract drops attention "
+             "weights: apply the dropout once to the softmax weights, before they weight the values.",
+             _mha_variant(dropout_on="merged"))
+
+
+mistakes.add("dropout on the values",
+             "in training mode the features of one head are rescaled by different amounts, with no "
+             "single output entry zeroed, as when the dropout is applied to the value vectors; the "
+             "contract drops attention weights: apply the dropout once to the softmax weights, before "
+             "they weight the values.",
+             _mha_variant(dropout_on="values"))
+
+
+# Kept alternatives (correct answers in other styles) --------------------------------------
+
+
+@alternatives.keep("LLMs-from-scratch's layout",
+                   "float triu mask (non-persistent), masked_fill_ with "
+".bool(), keys.shape[-1] ** 0.5, contiguous().view")
+class _MHAAltRaschka(nn.Module):
+    """LLMs-from-scratch's MultiHeadAttention layout (float triu mask, made non-persistent here;
+    masked_fill_ with mask.bool(); keys.shape[-1] ** 0.5; contiguous().view to merge)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads != 0:
+            raise ValueError(f"d_out ({d_out}) must be divisible by num_heads ({num_heads})")
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1),
+                             persistent=False)
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+        if num_tokens > self.mask.shape[0]:
+            raise ValueError(f"num_tokens={num_tokens} is longer than context_length={self.mask.shape[0]}")
+        keys = self.W_key(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        values = self.W_value(x).view(b, num_tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        attn_scores = queries @ keys.transpose(2, 3)
+        attn_scores.masked_fill_(self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = self.dropout(torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1))
+        context_vec = (attn_weights @ values).transpose(1, 2)
+        return self.out_proj(context_vec.contiguous().view(b, num_tokens, self.d_out))
+
+
+@alternatives.keep("torch's fused SDPA",
+                   "unflatten into heads, F.scaled_dot_product_attention(is_causal=True, "
+"dropout_p), layers created in another order")
+class _MHAAltSDPA(nn.Module):
+    """Heads through torch's fused scaled_dot_product_attention (is_causal, dropout_p in training)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if num_heads < 1 or d_out % num_heads:
+            raise ValueError(f"num_heads={num_heads} does not divide d_out={d_out}")
+        self.heads, self.p, self.context_length = num_heads, dropout, context_length
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.register_buffer("mask", torch.ones(context_length, context_length).triu(1).bool(), persistent=False)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        if n > self.context_length:
+            raise ValueError(f"got num_tokens={n}, but context_length is {self.context_length}")
+        q, k, v = (layer(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+                   for layer in (self.W_query, self.W_key, self.W_value))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0)
+        return self.out_proj(out.transpose(1, 2).flatten(2))
+
+
+@alternatives.keep("one head at a time in float64",
+                   "row blocks of the projection weights, a loop over "
+"heads, torch.cat")
+class _MHAAltHeadLoop(nn.Module):
+    """One head at a time from row blocks of the projection weights, in float64; one dropout per head."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"d_out % num_heads != 0 (d_out={d_out}, num_heads={num_heads})")
+        self.num_heads, self.context_length = num_heads, context_length
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1),
+                             persistent=False)
+
+    @staticmethod
+    def _rows(layer, x, rows):
+        y = x @ layer.weight[rows].double().T
+        return y if layer.bias is None else y + layer.bias[rows].double()
+
+    def forward(self, x):
+        n = x.shape[1]
+        if n > self.context_length:
+            raise ValueError(f"num_tokens {n} > context_length {self.context_length}")
+        x64 = x.double()
+        hd = self.W_query.out_features // self.num_heads
+        heads = []
+        for h in range(self.num_heads):
+            rows = slice(h * hd, (h + 1) * hd)
+            q, k, v = (self._rows(layer, x64, rows) for layer in (self.W_query, self.W_key, self.W_value))
+            scores = (q @ k.transpose(1, 2) / math.sqrt(hd)).masked_fill(self.mask[:n, :n], float("-inf"))
+            heads.append(self.dropout(torch.softmax(scores, dim=-1)) @ v)
+        return self.out_proj(torch.cat(heads, dim=-1).to(x.dtype))
+
+
+# Registration -----------------------------------------------------------------------------
+
+register(Exercise(
+    label="ch06_ex3", title="The efficient multi-head attention layer", name="MultiHeadAttention",
+    reference=MultiHeadAttention, points=3, kind="class",
+    checks=[
+        Check("3 heads of 2 (d_in=4, d_out=6), 2 sequences of 5 tokens, eval mode (parameters, buffer)",
+              _mha_main_calls, hint=_MHA_HINT),
+        Check("4 heads of 2 on inputs shorter than context_length (3 and 1 of 8 tokens)", _mha_short_calls,
+              hint="this check passes sequences shorter than context_length, with given weights."),
+        Check("training mode, dropout=0.25: 40 seeded draws against eval mode (and dropout=0)", _mha_train_calls,
+              compare=_compare_mha_dropout, hint=_MHA_DRAWS_HINT),
+        Check("training mode, dropout=0.3, every value vector equal: where the dropout acts (40 draws)",
+              _mha_placement_calls, compare=_compare_mha_placement, hint=_MHA_PLACEMENT_HINT),
+        Check("d_out=10 with num_heads=4 raises ValueError naming d_out and num_heads and their values",
+              _mha_indivisible_calls, must_mention=_mention_sizes(), weight=0.2,
+              hint="check d_out % num_heads in __init__ and give d_out, num_heads and their values in the "
+                   "message."),
+        Check("num_tokens > context_length raises ValueError naming both", _mha_too_long_calls,
+              must_mention=["num_tokens", "context_length"], weight=0.2,
+              hint="this check passes 6 tokens to a layer with context_length=4: compare num_tokens with "
+                   "context_length at the start of forward and name both in the ValueError."),
+        Check("random sizes with qkv_bias=True, and gradients (hidden)", _mha_hidden_calls, public=False,
+              hint=_MHA_HINT),
+        Check("training mode, random sizes and p (hidden)", _mha_train_hidden_calls, public=False,
+              compare=_compare_mha_dropout, hint=_MHA_DRAWS_HINT),
+        Check("training mode, every value vector equal, other weights (hidden)", _mha_placement_calls,
+              public=False, compare=_compare_mha_placement, hint=_MHA_PLACEMENT_HINT),
+        Check("another indivisible d_out (hidden)", _mha_hidden_bad_calls, public=False,
+              must_mention=_mention_sizes(), weight=0.2,
+              hint="check d_out % num_heads in __init__ and give d_out, num_heads and their values in the "
+                   "message."),
+    ],
+    mistakes=list(mistakes),
+    alternatives=list(alternatives),
+))

@@ -1,0 +1,32 @@
+"""Chapter 7 exercises: Bahdanau attention in a GRU encoder-decoder.
+
+ch07_ex1  BahdanauDecoderStep(embed_size, num_hiddens)  forward -> (hidden, context, weights)
+ch07_ex2  LuongDecoderStep(embed_size, num_hiddens)     forward -> (hidden, attentional, weights)
+ch07_ex3  GreedyDecoder(AttentionDecoder).greedy(h0, enc_outputs, valid_lens, max_len, bos=1)
+ch07_ex4  hard_alignment(weights) -> (positions, monotonicity)
+ch07_ex5  BidirectionalEncoder(vocab_size, embed_size, num_hiddens)  forward(src, src_lens) -> outputs
+
+Each exercise teaches one thing: ex1 the decoder step of Bahdanau et al. (query =
+the *previous* state, the context feeds the GRU update); ex2 the other recipe, of
+Luong et al. (update first, query = the *new* state, a bilinear score, an
+attentional vector), which the chapter describes but does not show; ex3 greedy
+decoding around a given step; ex4 reading an alignment; ex5 the bidirectional
+encoder of the paper on a padded batch, where the backward direction must start at
+each sequence's own last character (the chapter only mentions it).
+
+Parameter values always come from a ``state_dict`` given by the check, so the order
+in which a module creates its parameters never matters. Every exercise keeps
+mistakes (wrong in one way each, with their own hint) and correct alternatives in
+other styles, which the tests run through every check.
+
+One module per exercise, its parts in one order: the contract, the reference, the
+inputs of the checks, the kept mistakes (each with its hint), the kept alternatives,
+the registration. Helpers shared by the chapter's exercises are in ``_common.py``.
+"""
+from . import (  # noqa: F401  (importing an exercise module registers it)
+    ex1_bahdanau_decoder_step,
+    ex2_luong_decoder_step,
+    ex3_greedy_decoder,
+    ex4_hard_alignment,
+    ex5_bidirectional_encoder,
+)
