@@ -18,16 +18,12 @@ types together would confound "two dates" with "long").
 lesson itself comes from ``bench/ch07_experiment.py`` (several seeds, the list task).
 """
 import argparse
-import csv
 import sys
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from attention_course.translation import (PRETRAINED_DIR, build_model, encode_split,  # noqa: E402
+from _common import write_csv  # bench/_common.py; puts the repository root on sys.path
+from attention_course.translation import (PRETRAINED_DIR, build_model, encode_split,
                                           exact_match, make_dataset, train_model)
 
 CONFIG = {"embed_size": 32, "num_hiddens": 64}
@@ -80,13 +76,10 @@ def main() -> int:
         for attention, (model, history, _) in results.items():
             name = "attention" if attention else "baseline"
             torch.save({**model.state_dict(), "_config": dict(CONFIG)}, PRETRAINED_DIR / f"ch07_{name}.pt")
-        with open(PRETRAINED_DIR / "ch07_curves.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["model", "step", "loss", "val_acc"])
-            for attention, (_, history, _) in results.items():
-                for h in history:
-                    writer.writerow(["attention" if attention else "baseline", h["step"],
-                                     f"{h['loss']:.4f}", f"{h['val_acc']:.4f}"])
+        write_csv(PRETRAINED_DIR / "ch07_curves.csv",
+                  [{"model": "attention" if attention else "baseline", "step": h["step"],
+                    "loss": f"{h['loss']:.4f}", "val_acc": f"{h['val_acc']:.4f}"}
+                   for attention, (_, history, _) in results.items() for h in history])
         print(f"\nwrote weights and curves to {PRETRAINED_DIR}")
     return 0
 

@@ -14,10 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from attention_course.editions import build  # noqa: E402
+from _common import ROOT  # bench/_common.py; puts the repository root on sys.path
+from attention_course.editions import build
 
 COLD_TARGET, REBUILD_TARGET = 180.0, 20.0
 

@@ -44,7 +44,6 @@ at the same information, the length then comes from the date formats alone
   (:func:`attention_course.translation.load_pretrained` with ``task="lists"``).
 """
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -53,10 +52,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from attention_course import translation as tr  # noqa: E402
+from _common import write_csv  # bench/_common.py; puts the repository root on sys.path
+from attention_course import translation as tr
 
 CONFIG = {"embed_size": 32, "num_hiddens": 64}
 
@@ -149,13 +146,6 @@ def run(job: tuple) -> dict:
     print(f"{name:9s} seed {seed}: {seconds:6.1f} s CPU, dates right without filler: {line}", flush=True)
     return {"rows": rows, "curves": curves, "summary": summary,
             "state": {k: v.clone() for k, v in model.state_dict().items()}}
-
-
-def write_csv(path: Path, rows: list) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def main() -> int:

@@ -35,20 +35,16 @@ chapter's targets and never asserts: timings depend on the machine and its load.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import math
 import os
-import platform
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from attention_course import efficient as eff  # noqa: E402
+from _common import ROOT, measured_by  # bench/_common.py; puts the repository root on sys.path
+from attention_course import efficient as eff
 
 HEAD_DIM, BLOCK = 64, 128
 LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
@@ -60,21 +56,9 @@ PROMPT, GENERATED = 8, 512
 CHECKPOINTS = [32, 64, 128, 256, 512]
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def provenance(threads: int) -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"measured by bench/efficient.py on {_dt.date.today().isoformat()}: torch {torch.__version__}, "
-            f"torch.set_num_threads({threads}) on a {os.cpu_count()}-core {cpu_name()}; "
-            f"1-minute load average at the end {load:.1f}")
+    return f"{measured_by('efficient.py', threads)}; 1-minute load average at the end {load:.1f}"
 
 
 def best_ms(fn, runs: int = 2) -> float:

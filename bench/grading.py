@@ -22,15 +22,13 @@ import textwrap
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from attention_course.checking import hidden_seed, outcomes_for  # noqa: E402
-from attention_course.grading.grader import discover, run_grading  # noqa: E402
-from attention_course.notebook import _src, exercise_cell_index, exercise_code, load_cells, setup_code, with_exercise_code  # noqa: E402
-from attention_course.registry import all_exercises  # noqa: E402
+from _common import ROOT  # bench/_common.py; puts the repository root on sys.path
+from attention_course.checking import hidden_seed, outcomes_for
+from attention_course.grading.grader import discover, run_grading
+from attention_course.notebook import _src, exercise_cell_index, exercise_code, load_cells, setup_code, with_exercise_code
+from attention_course.registry import all_exercises
 
 TARGET_SECONDS, TARGET_SIZE = 60.0, 200
 

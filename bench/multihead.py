@@ -49,21 +49,17 @@ depend on the machine and on whatever else runs on it.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as _dt
 import os
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from attention_course import multihead as mh  # noqa: E402
-from attention_course.efficient import peak_memory  # noqa: E402  (the profiler's allocator count)
+from _common import ROOT, cpu_name, measured_by, write_csv  # bench/_common.py; puts the repository root on sys.path
+from attention_course import multihead as mh
+from attention_course.efficient import peak_memory  # the profiler's allocator count
 
 D_MODEL, NUM_HEADS, THREADS = 768, 12, 2
 CONTEXT = 1024
@@ -154,16 +150,6 @@ def measure_memory(variant: str, batch: int, tokens: int) -> dict:
     return out
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def fmt_ratio(a: float, b: float) -> str:
     return f"{a / b:6.2f}x" if b > 0 else "    n/a"
 
@@ -244,15 +230,11 @@ def main() -> int:
                     "not the medians" if busy else ""))
     print(f"\n{load_note}")
     if args.save:
-        with CSV_PATH.open("w", newline="", encoding="utf-8") as handle:
-            handle.write(f"# measured by bench/multihead.py on {date}: torch {torch.__version__}, "
-                         f"torch.set_num_threads({THREADS}) on a {os.cpu_count()}-core {cpu_name()}\n")
-            handle.write("# d_model 768, 12 heads, causal, dropout 0; ms = fastest of `runs` runs, ms_median = their median; peak_mb = most MB alive at "
-                         "once in the CPU allocator during the step (torch.profiler)\n")
-            handle.write(f"# {load_note}\n")
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(CSV_PATH, rows, comments=[
+            measured_by("multihead.py", THREADS, date),
+            "d_model 768, 12 heads, causal, dropout 0; ms = fastest of `runs` runs, ms_median = their median; "
+            "peak_mb = most MB alive at once in the CPU allocator during the step (torch.profiler)",
+            load_note])
         print(f"\nwrote {CSV_PATH.relative_to(ROOT)}")
     return 0
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT  # bench/_common.py
 TARGET_SECONDS = 30.0
 
 

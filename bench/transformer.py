@@ -51,7 +51,6 @@ steps per seed), ``ch08_information.csv``,
 what else runs on it; the step counts do not.
 """
 import argparse
-import csv
 import datetime
 import os
 import statistics
@@ -62,11 +61,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from attention_course import translation as tr  # noqa: E402
-from attention_course import transformer as tf  # noqa: E402
+from _common import ROOT, write_csv  # bench/_common.py; puts the repository root on sys.path
+from attention_course import translation as tr
+from attention_course import transformer as tf
 
 TRANSFORMER = {"d_model": 64, "num_heads": 4, "num_layers": 2, "d_ff": 128}
 BAHDANAU = {"embed_size": 32, "num_hiddens": 64}      # bench/bahdanau.py's model
@@ -271,13 +268,6 @@ def information(args) -> list:
                          if r["seed"] == seed and r["filler"] == 0)
         print(f"  seed {seed}: {seconds:.0f} s CPU, dates right without filler: {line}", flush=True)
     return rows
-
-
-def write_csv(path: Path, rows: list) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def main() -> int:
