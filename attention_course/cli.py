@@ -153,6 +153,21 @@ def _progress(args) -> int:
     return progress_main(args)
 
 
+def _new_exercise(args) -> int:
+    """Authors: the skeleton of a new exercise (module, import, notebook cells)."""
+    from .scaffold import ScaffoldError, check_package_root, next_steps, plan_new_exercise
+    root = Path(args.root)
+    try:
+        check_package_root(root)
+        plan = plan_new_exercise(root, args.chapter, args.title, args.name, kind=args.kind, points=args.points)
+        plan.write()
+    except (ScaffoldError, OSError) as error:
+        print(f"attention-course new-exercise: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(next_steps(plan, root)))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="attention-course", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -207,6 +222,16 @@ def main(argv=None) -> int:
                      help="sandboxed workers (default: 2)")
     prg.add_argument("--time-limit", type=float, default=10.0, help="seconds per exercise (default 10)")
     prg.set_defaults(func=_progress)
+
+    new = sub.add_parser("new-exercise", help="authors: the skeleton of a new exercise (its module, its import, "
+                                              "its five cells in the solution notebook)")
+    new.add_argument("chapter", help="the chapter, e.g. 3 or 03")
+    new.add_argument("title", help='the exercise\'s title, e.g. "Luong\'s dot score"')
+    new.add_argument("name", help="the function or class the student writes, e.g. luong_dot")
+    new.add_argument("--kind", choices=["function", "class"], default="function")
+    new.add_argument("--points", type=float, default=2, help="the exercise's points (default 2)")
+    new.add_argument("--root", default=".", help="the course folder (default: current folder)")
+    new.set_defaults(func=_new_exercise)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -718,12 +718,15 @@ def release(root: Path = Path("."), chapter: Optional[int] = None, check_only: b
     """Write (or, with ``check_only``, compare) the student notebooks and the
     exercise index page.
 
+    The index lists every chapter's exercises, so it is refreshed (or compared) with
+    ``chapter`` too: releasing one chapter after adding an exercise leaves nothing stale.
+
     Returns the list of paths that were stale (changed or missing).
     """
     root = Path(root)
     registered = _registered()
     stale = []
-    if chapter is None and (root / "_toc.yml").exists():
+    if (root / "_toc.yml").exists():
         index = root / EXERCISE_INDEX
         text = exercise_index(root)
         if not index.exists() or index.read_text(encoding="utf-8") != text:
