@@ -241,3 +241,60 @@ def draw_calls(make_call: Callable, seeds: range, p: float, eval_seeds=(1, 2), p
         calls.append(p0_call)
     calls += [make_call(True, s) for s in seeds]
     return calls
+
+
+# Where the dropout acts. With W_value's weight 0 and its bias v, every value vector is v; with
+# out_proj's bias 0, out_proj's input is recovered from the output through out_proj's weight
+# (orthogonal here, so exactly). Dropout on the attention weights only rescales a query's weights,
+# so head h's share of out_proj's input is one factor times v_h, in every draw. Dropout on
+# out_proj's output zeroes single output entries; on the merged heads, single features of
+# out_proj's input; on the values, it makes the features of one head differ in scale.
+
+def multihead_placement(draws, call):
+    """How the training-mode draws of a multi-head layer (ch06_ex3) vary, on calls whose layer
+    has W_value's weight 0 (every value vector is its bias v) and an orthogonal out_proj with
+    bias 0: 'weights' (head h's share of out_proj's input is a multiple of v_h in every draw),
+    'output' (single output entries are 0), 'merged' (single features of out_proj's input are
+    0) or 'other'; with the numbers seen."""
+    p, heads = call.init_args[3], call.init_args[4]
+    w_o, v = call.state_dict["out_proj.weight"].double(), call.state_dict["W_value.bias"].double()
+    out = torch.stack([d.double() for d in draws])                      # (K, batch, tokens, d_out)
+    merged = out @ torch.linalg.inv(w_o).T                              # out = merged @ w_o.T
+    hd = v.numel() // heads
+    blocks, vs = merged.unflatten(-1, (heads, hd)), v.view(heads, hd)
+    coef = (blocks * vs).sum(-1, keepdim=True) / (vs * vs).sum(-1, keepdim=True)
+    off = (blocks - coef * vs).abs().amax(-1)                           # (K, batch, tokens, heads)
+    bad_rows = (off > 1e-4 * (merged.abs().max().item() + 1.0)).any(-1)
+    # Zeros among rows (of the output) or head blocks (of out_proj's input) that are not all zero:
+    # a query whose weights are all dropped gives a zero row, which is correct.
+    tiny = 1e-5 * (out.abs().max().item() + 1.0)
+    out_zero = out.abs() <= tiny
+    live_rows = ~out_zero.all(-1, keepdim=True)
+    out_frac = float((out_zero & live_rows).sum()) / max(int(live_rows.sum()) * out.shape[-1], 1)
+    blk_zero = blocks.abs() <= tiny
+    live_blk = ~blk_zero.all(-1, keepdim=True)
+    blk_frac = float((blk_zero & live_blk).sum()) / max(int(live_blk.sum()) * hd, 1)
+    if not bool(bad_rows.any()):
+        kind = "weights"
+    elif out_frac > p / 2:
+        kind = "output"
+    elif blk_frac > p / 2:
+        kind = "merged"
+    else:
+        kind = "other"
+    return {"kind": kind, "bad_draws": int(bad_rows.flatten(1).any(1).sum()), "k": len(draws),
+            "out_frac": out_frac, "blk_frac": blk_frac}
+
+
+def placement_text(st):
+    if st["kind"] == "weights":
+        return "in every draw"
+    text = f"not in {st['bad_draws']} of {st['k']} draws"
+    if st["kind"] == "output":
+        text += f"; a fraction {st['out_frac']:.2f} of the output entries (in rows not all 0) is exactly 0"
+    elif st["kind"] == "merged":
+        text += (f"; a fraction {st['blk_frac']:.2f} of the features of out_proj's input (in head blocks "
+                 f"not all 0) is exactly 0")
+    else:
+        text += "; no single output entry or feature of out_proj's input is zeroed"
+    return text
