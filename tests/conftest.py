@@ -8,6 +8,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# tests/exercise_helpers.py is imported by the tests in tests/exercises/ (plain
+# `from exercise_helpers import ...`, whatever the import mode and the folder run).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(scope="session")

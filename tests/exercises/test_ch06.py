@@ -1,31 +1,59 @@
-"""Issue 10, the findings of the independent chapter-6 solver "b".
+"""Regression tests of chapter 6's exercises (multi-head attention), filed by exercise.
 
-Every answer below is written here by hand, the way a student would (none imports a kept
-mistake or the solver's files):
+Where a newly found mistake's regression test goes: into this file, in the section of its
+exercise, named ``test_ch06_exM_<what it shows>``; a test about several of the chapter's
+exercises is parametrized so that every id carries its exercise's label
+(``tests/exercises/conftest.py`` refuses a test here without one). Write each wrong answer
+by hand, the way a student would (never import the kept mistake it should match, nor a
+solver's files); the shared helpers are in ``tests/exercise_helpers.py``.
 
-* dropout in the wrong place (on out_proj's output, on the merged heads, on the values) was
-  accepted by every check of ch06_ex3; it now fails the check that sets every value vector
-  equal, with a hint that says what the answer did;
-* the causal-mask buffer's layout is not observable, and the contract now says so: an
-  Annotated-Transformer buffer (True = may attend) and a (1, 1, ctx, ctx) buffer pass;
+From issue 10, the findings of the independent chapter-6 solver "b":
+
+* ch06_ex3: dropout in the wrong place (on out_proj's output, on the merged heads, on the
+  values) was accepted by every check; it now fails the check that sets every value vector
+  equal, with a hint that says what the answer did; the causal-mask buffer's layout is not
+  observable, and the contract now says so (an Annotated-Transformer buffer, True = may
+  attend, and a (1, 1, ctx, ctx) buffer pass); the dropout check's hint no longer talks
+  about dropout first when eval mode is wrong;
 * a float64 result (ex2, ex4, ex5) and a list instead of a tuple (ex5) are named as such,
   not blamed on the layout, the scaling or the empty rows;
 * ex4's error message must name a faulty argument (as the contract says), not all three;
-* ex5 answers with another mistake than the empty rows no longer get the empty-row hint;
-* the dropout check's hint no longer talks about dropout first when eval mode is wrong.
+* ex5 answers with another mistake than the empty rows no longer get the empty-row hint.
 """
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from attention_course.checking import outcomes_for, compare_all, run_checks
-from attention_course.exercises.ch06 import ex3_multi_head_attention as ch06
+from attention_course.checking import compare_all, outcomes_for
+from attention_course.dropout_checks import multihead_placement
 from attention_course.registry import get_exercise
 
-from solver_helpers import SEEDS, failures as _failures, mistake_hint as _hint_of, passes_everywhere as _passes_everywhere  # noqa: E402,F401
+from exercise_helpers import SEEDS, failed_checks, mistake_hint, passes_everywhere
+
+
+# ------------------------------------------------------------------ ch06_ex1: "x" inside "expected"
+
+def test_ch06_ex1_message_must_name_x_as_a_word():
+    def split_heads(x, num_heads):
+        if x.dim() != 3:
+            raise ValueError(f"expected a 3-D tensor, got shape {tuple(x.shape)}")
+        b, t, d = x.shape
+        if d % num_heads:
+            raise ValueError(f"d_out={d} not divisible by num_heads={num_heads}")
+        return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)
+    failures = failed_checks("ch06_ex1", split_heads)
+    assert [r.check for r in failures] == ["a 2-D or 4-D x raises ValueError naming x and its shape"]
+
+
+# ------------------------------------------------------------------ ch06_ex2: a float64 result
+
+def _merge64(x):
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D, got x.shape={tuple(x.shape)}")
+    b, h, t, d = x.shape
+    return x.double().permute(0, 2, 1, 3).reshape(b, t, h * d)
 
 
 # ------------------------------------------------------------------ ch06_ex3: dropout placement
@@ -69,23 +97,23 @@ def _student_mha(where):
 _PLACEMENT_CHECK = "training mode, dropout=0.3, every value vector equal: where the dropout acts (40 draws)"
 
 
-def test_student_dropout_on_the_weights_passes():
-    _passes_everywhere("ch06_ex3", _student_mha("weights"))
+def test_ch06_ex3_student_dropout_on_the_weights_passes():
+    passes_everywhere("ch06_ex3", _student_mha("weights"))
 
 
 @pytest.mark.parametrize("where,mistake", [("output", "dropout on out_proj's output"),
                                            ("merged", "dropout on the merged heads"),
                                            ("values", "dropout on the values")])
-def test_dropout_in_the_wrong_place_is_caught_and_named(where, mistake):
-    failures = _failures("ch06_ex3", _student_mha(where))
+def test_ch06_ex3_dropout_in_the_wrong_place_is_caught_and_named(where, mistake):
+    failures = failed_checks("ch06_ex3", _student_mha(where))
     assert _PLACEMENT_CHECK in [r.check for r in failures], [r.line() for r in failures]
     for r in failures:
-        assert r.mistake == mistake and r.hint == _hint_of("ch06_ex3", mistake), r.line()
+        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex3", mistake), r.line()
     for seed in SEEDS:
-        assert _failures("ch06_ex3", _student_mha(where), seed), seed
+        assert failed_checks("ch06_ex3", _student_mha(where), seed), seed
 
 
-def test_placement_check_accepts_reference_and_alternatives_over_8_seeds():
+def test_ch06_ex3_placement_check_accepts_reference_and_alternatives_over_8_seeds():
     """No false failure: the reference and every kept alternative, 8 seeds of the check (45 seeds
     were measured when the check was written, without a failure; 8 keep the suite short)."""
     ex = get_exercise("ch06_ex3")
@@ -97,7 +125,7 @@ def test_placement_check_accepts_reference_and_alternatives_over_8_seeds():
         for impl in impls:
             got = want if impl is ex.reference else outcomes_for(impl, calls, "class")
             draws = [got[i]["value"] for i, c in enumerate(calls) if c.train and c.init_args[3] > 0]
-            assert ch06._placement(draws, calls[-1])["kind"] == "weights", (seed, impl)
+            assert multihead_placement(draws, calls[-1])["kind"] == "weights", (seed, impl)
             reason = compare_all(got, want, check, calls)
             assert reason is None, (seed, getattr(impl, "__name__", impl), reason)
 
@@ -146,11 +174,11 @@ class _FourDimBuffer(_AllowedTril):
 
 
 @pytest.mark.parametrize("cls", [_AllowedTril, _FourDimBuffer], ids=["tril allowed", "(1, 1, ctx, ctx)"])
-def test_mask_buffer_layout_is_free_as_the_contract_says(cls):
-    _passes_everywhere("ch06_ex3", cls)
+def test_ch06_ex3_mask_buffer_layout_is_free_as_the_contract_says(cls):
+    passes_everywhere("ch06_ex3", cls)
 
 
-def test_eval_mode_wrong_gets_no_dropout_blame():
+def test_ch06_ex3_eval_mode_wrong_gets_no_dropout_blame():
     class MaskAfterSoftmax(_AllowedTril):
         def forward(self, x):
             b, t = x.shape[:2]
@@ -158,7 +186,7 @@ def test_eval_mode_wrong_gets_no_dropout_blame():
                        for lin in (self.W_query, self.W_key, self.W_value))
             w = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).softmax(-1) * self.mask[:t, :t]
             return self.out_proj((self.dropout(w) @ v).transpose(1, 2).reshape(b, t, -1))
-    failures = _failures("ch06_ex3", MaskAfterSoftmax)
+    failures = failed_checks("ch06_ex3", MaskAfterSoftmax)
     draws = [r for r in failures if r.check.startswith("training mode")]
     assert len(draws) == 2
     for r in draws:
@@ -166,28 +194,7 @@ def test_eval_mode_wrong_gets_no_dropout_blame():
         assert r.hint.startswith("this check first compares eval mode"), r.hint
 
 
-# ------------------------------------------------------------------ ch06_ex1: "x" inside "expected"
-
-def test_ex1_message_must_name_x_as_a_word():
-    def split_heads(x, num_heads):
-        if x.dim() != 3:
-            raise ValueError(f"expected a 3-D tensor, got shape {tuple(x.shape)}")
-        b, t, d = x.shape
-        if d % num_heads:
-            raise ValueError(f"d_out={d} not divisible by num_heads={num_heads}")
-        return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)
-    failures = _failures("ch06_ex1", split_heads)
-    assert [r.check for r in failures] == ["a 2-D or 4-D x raises ValueError naming x and its shape"]
-
-
-# ------------------------------------------------------------------ float64 results, ex2 / ex4 / ex5
-
-def _merge64(x):
-    if x.dim() != 4:
-        raise ValueError(f"x must be 4-D, got x.shape={tuple(x.shape)}")
-    b, h, t, d = x.shape
-    return x.double().permute(0, 2, 1, 3).reshape(b, t, h * d)
-
+# ------------------------------------------------------------------ ch06_ex4: float64; messages
 
 def _fuse64(query_weights, key_weights, value_weights):
     ws = (query_weights, key_weights, value_weights)
@@ -196,48 +203,6 @@ def _fuse64(query_weights, key_weights, value_weights):
                          + " / ".join(str(tuple(w.shape)) for w in ws))
     return torch.cat([w.double().flatten(0, 1) for w in ws])
 
-
-def _pm_core(queries, keys, values, mask):
-    want = (queries.shape[1], queries.shape[2], keys.shape[2])
-    if tuple(mask.shape) != want:
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {want}")
-    empty = mask.all(-1, keepdim=True)
-    s = queries @ keys.mT * queries.shape[-1] ** -0.5
-    w = s.masked_fill(mask & ~empty, -math.inf).softmax(-1).masked_fill(empty, 0.0)
-    return w @ values, w
-
-
-def _pm64(queries, keys, values, mask):
-    out, w = _pm_core(queries.double(), keys.double(), values.double(), mask)
-    return out, w
-
-
-def _pm_list(queries, keys, values, mask):
-    return list(_pm_core(queries, keys, values, mask))
-
-
-@pytest.mark.parametrize("label,obj,mistake,must_not", [
-    ("ch06_ex2", _merge64, "result in float64", ("columns", "layout", "tokens")),
-    ("ch06_ex4", _fuse64, "result in float64", ("row order", "query projection")),
-    ("ch06_ex5", _pm64, "results in float64", ("scal", "hidden", "NaN")),
-    ("ch06_ex5", _pm_list, "a list instead of a tuple", ("scal", "hidden", "NaN", "dtype")),
-])
-def test_dtype_and_container_are_named(label, obj, mistake, must_not):
-    failures = _failures(label, obj)
-    assert failures
-    for r in failures:
-        assert r.mistake == mistake and r.hint == _hint_of(label, mistake), r.line()
-        for words in must_not:
-            assert words not in r.hint, (words, r.hint)
-
-
-def test_dtype_is_in_the_contracts_and_the_check_hints():
-    for label in ("ch06_ex2", "ch06_ex4", "ch06_ex5"):
-        main = get_exercise(label).checks[0]
-        assert "dtype" in main.hint, (label, main.hint)
-
-
-# ------------------------------------------------------------------ ch06_ex4: messages per argument
 
 def _fuse_per_argument(query_weights, key_weights, value_weights):
     for n, w in (("query_weights", query_weights), ("key_weights", key_weights), ("value_weights", value_weights)):
@@ -262,22 +227,41 @@ def _fuse_first_not_3d(query_weights, key_weights, value_weights):
 
 
 @pytest.mark.parametrize("obj", [_fuse_per_argument, _fuse_first_not_3d])
-def test_ex4_message_naming_the_faulty_argument_passes(obj):
-    _passes_everywhere("ch06_ex4", obj)
+def test_ch06_ex4_message_naming_the_faulty_argument_passes(obj):
+    passes_everywhere("ch06_ex4", obj)
 
 
-def test_ex4_message_naming_the_wrong_argument_fails():
+def test_ch06_ex4_message_naming_the_wrong_argument_fails():
     def names_query_only(query_weights, key_weights, value_weights):
         ws = (query_weights, key_weights, value_weights)
         if any(w.dim() != 3 for w in ws) or len({w.shape for w in ws}) > 1:
             raise ValueError(f"the weights do not match query_weights {tuple(query_weights.shape)}")
         return torch.cat([w.flatten(0, 1) for w in ws])
-    failures = _failures("ch06_ex4", names_query_only)
+    failures = failed_checks("ch06_ex4", names_query_only)
     assert len(failures) == 1 and "should name 'value_weights'" in failures[0].reason, failures[0].line()
     assert failures[0].mistake is None
 
 
-# ------------------------------------------------------------------ ch06_ex5: hints that blame empty rows
+# ------------------------------------------------------------------ ch06_ex5: float64, a list; empty rows
+
+def _pm_core(queries, keys, values, mask):
+    want = (queries.shape[1], queries.shape[2], keys.shape[2])
+    if tuple(mask.shape) != want:
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {want}")
+    empty = mask.all(-1, keepdim=True)
+    s = queries @ keys.mT * queries.shape[-1] ** -0.5
+    w = s.masked_fill(mask & ~empty, -math.inf).softmax(-1).masked_fill(empty, 0.0)
+    return w @ values, w
+
+
+def _pm64(queries, keys, values, mask):
+    out, w = _pm_core(queries.double(), keys.double(), values.double(), mask)
+    return out, w
+
+
+def _pm_list(queries, keys, values, mask):
+    return list(_pm_core(queries, keys, values, mask))
+
 
 def _pm_scaled_by_dv(queries, keys, values, mask):
     if mask.shape != (queries.shape[1], queries.shape[2], keys.shape[2]):
@@ -297,19 +281,42 @@ def _pm_one_mask(queries, keys, values, mask):
 
 @pytest.mark.parametrize("obj,mistake", [(_pm_scaled_by_dv, "scaled by sqrt(d_v)"),
                                          (_pm_one_mask, "head 0's mask for every head")])
-def test_ex5_other_mistakes_are_not_blamed_on_empty_rows(obj, mistake):
-    failures = _failures("ch06_ex5", obj)
+def test_ch06_ex5_other_mistakes_are_not_blamed_on_empty_rows(obj, mistake):
+    failures = failed_checks("ch06_ex5", obj)
     assert len(failures) == 2
     for r in failures:
-        assert r.mistake == mistake and r.hint == _hint_of("ch06_ex5", mistake), r.line()
+        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex5", mistake), r.line()
 
 
-def test_ex5_unmatched_answer_gets_neutral_hints():
+def test_ch06_ex5_unmatched_answer_gets_neutral_hints():
     def scaled_by_dv_in_float64(queries, keys, values, mask):
         out, w = _pm_scaled_by_dv(queries.double(), keys.double(), values.double(), mask)
         return out, w
-    failures = _failures("ch06_ex5", scaled_by_dv_in_float64)
+    failures = failed_checks("ch06_ex5", scaled_by_dv_in_float64)
     assert len(failures) == 2
     for r in failures:
         assert r.mistake is None
         assert "must get weights of exactly 0" not in r.hint and "look at the scaling" not in r.hint, r.hint
+
+
+# ------------------------------------------------------------------ float64 results, ex2 / ex4 / ex5
+
+@pytest.mark.parametrize("label,obj,mistake,must_not", [
+    ("ch06_ex2", _merge64, "result in float64", ("columns", "layout", "tokens")),
+    ("ch06_ex4", _fuse64, "result in float64", ("row order", "query projection")),
+    ("ch06_ex5", _pm64, "results in float64", ("scal", "hidden", "NaN")),
+    ("ch06_ex5", _pm_list, "a list instead of a tuple", ("scal", "hidden", "NaN", "dtype")),
+])
+def test_ch06_dtype_and_container_are_named(label, obj, mistake, must_not):
+    failures = failed_checks(label, obj)
+    assert failures
+    for r in failures:
+        assert r.mistake == mistake and r.hint == mistake_hint(label, mistake), r.line()
+        for words in must_not:
+            assert words not in r.hint, (words, r.hint)
+
+
+@pytest.mark.parametrize("label", ["ch06_ex2", "ch06_ex4", "ch06_ex5"])
+def test_ch06_dtype_is_in_the_contracts_and_the_check_hints(label):
+    main = get_exercise(label).checks[0]
+    assert "dtype" in main.hint, (label, main.hint)

@@ -1,7 +1,13 @@
-"""Issue 10, the findings of the independent chapter-8 solver "d".
+"""Regression tests of chapter 8's exercises (the Transformer), filed by exercise.
 
-Every answer below is written here by hand, the way a student would (none imports a kept
-mistake, the reference or the solver's files):
+Where a newly found mistake's regression test goes: into this file, in the section of its
+exercise, named ``test_ch08_exM_<what it shows>``; a test about several of the chapter's
+exercises is parametrized so that every id carries its exercise's label
+(``tests/exercises/conftest.py`` refuses a test here without one). Write each wrong answer
+by hand, the way a student would (never import the kept mistake it should match, nor a
+solver's files); the shared helpers are in ``tests/exercise_helpers.py``.
+
+From issue 10, the findings of the independent chapter-8 solver "d":
 
 * ch08_ex1: a tgt_lens that is 0-d or a (batch, 1) column, and a negative length, must raise
   (the contract: 1-D, lengths in [0, num_tokens]); answers that quietly accept them fail;
@@ -28,15 +34,8 @@ from attention_course import transformer as tf
 from attention_course.checking import run_checks
 from attention_course.registry import get_exercise
 
-from solver_helpers import SEEDS, failures as _failures, mistake_hint as _mistake_hint, passes_everywhere as _passes_everywhere  # noqa: E402,F401
-
-
-def _check_hint(label, name_start):
-    return next(c.hint for c in get_exercise(label).checks if c.name.startswith(name_start))
-
-
-def _failed_hidden_somewhere(label, obj, seeds=(11, 2026)):
-    return all(_failures(label, obj, s) for s in seeds)
+from exercise_helpers import (SEEDS, check_hint, failed_checks, failed_hidden_somewhere, mistake_hint,
+                              passes_everywhere, statement)
 
 
 # ------------------------------------------------------------------ ch08_ex1
@@ -61,24 +60,29 @@ def _student_mask(accept_0d=False, accept_column=False, check_negative=True, sha
     return decoder_self_mask
 
 
-def test_ex1_correct_answer_passes_with_any_printed_shape():
-    _passes_everywhere("ch08_ex1", _student_mask())
+def test_ch08_ex1_correct_answer_passes_with_any_printed_shape():
+    passes_everywhere("ch08_ex1", _student_mask())
     # "x".join prints a 0-d shape as nothing: naming tgt_lens is enough for a 0-d tensor.
-    _passes_everywhere("ch08_ex1", _student_mask(shape_text=lambda s: "x".join(map(str, s))))
+    passes_everywhere("ch08_ex1", _student_mask(shape_text=lambda s: "x".join(map(str, s))))
 
 
 @pytest.mark.parametrize("kind", ["0-d accepted", "column accepted", "negative accepted"])
-def test_ex1_invalid_tgt_lens_accepted_fails(kind):
+def test_ch08_ex1_invalid_tgt_lens_accepted_fails(kind):
     answer = {"0-d accepted": _student_mask(accept_0d=True),
               "column accepted": _student_mask(accept_column=True),
               "negative accepted": _student_mask(check_negative=False)}[kind]
-    public = _failures("ch08_ex1", answer)
+    public = failed_checks("ch08_ex1", answer)
     assert [r.check for r in public] == [c.name for c in get_exercise("ch08_ex1").checks if "raises" in c.name]
     assert "should raise ValueError" in public[0].reason
     # the check's own hint describes what the calls pass and what must happen, nothing else
-    assert public[0].hint == _check_hint("ch08_ex1", "tgt_lens not 1-D")
+    assert public[0].hint == check_hint("ch08_ex1", "tgt_lens not 1-D")
     if kind != "0-d accepted":          # the hidden check has a column and a negative length
-        assert _failed_hidden_somewhere("ch08_ex1", answer)
+        assert failed_hidden_somewhere("ch08_ex1", answer)
+
+
+def test_ch08_ex1_contract_names_the_invalid_shapes():
+    cell = statement("ch08_ex1")
+    assert "0-d" in cell and "(batch, 1)" in cell
 
 
 # ------------------------------------------------------------------ ch08_ex2
@@ -122,32 +126,32 @@ def _student_cross(variant="correct"):
     return CrossAttention
 
 
-def test_ex2_correct_answer_passes():
-    _passes_everywhere("ch08_ex2", _student_cross())
+def test_ch08_ex2_correct_answer_passes():
+    passes_everywhere("ch08_ex2", _student_cross())
 
 
 @pytest.mark.parametrize("variant,mistake", [("masked after softmax", "padding zeroed after the softmax"),
                                              ("no transpose back",
                                               "heads merged without moving the heads axis back")])
-def test_ex2_typical_mistakes_get_their_own_hint(variant, mistake):
+def test_ch08_ex2_typical_mistakes_get_their_own_hint(variant, mistake):
     answer = _student_cross(variant)
-    public = _failures("ch08_ex2", answer)
+    public = failed_checks("ch08_ex2", answer)
     assert public
-    assert all(r.mistake == mistake and r.hint == _mistake_hint("ch08_ex2", mistake) for r in public), \
+    assert all(r.mistake == mistake and r.hint == mistake_hint("ch08_ex2", mistake) for r in public), \
         [r.line() for r in public]
-    assert _failed_hidden_somewhere("ch08_ex2", answer)
+    assert failed_hidden_somewhere("ch08_ex2", answer)
 
 
 @pytest.mark.parametrize("variant", ["softmax over queries", "values from W_key", "averaged weights",
                                      "no transpose back"])
-def test_ex2_all_padding_hint_is_neutral(variant):
+def test_ch08_ex2_all_padding_hint_is_neutral(variant):
     answer = _student_cross(variant)
-    empty = [r for r in _failures("ch08_ex2", answer) if r.check.startswith("a source that is all padding")]
+    empty = [r for r in failed_checks("ch08_ex2", answer) if r.check.startswith("a source that is all padding")]
     assert empty, variant
     r = empty[0]
     assert "NaN" not in r.reason
     if r.mistake is None:
-        assert r.hint == _check_hint("ch08_ex2", "a source that is all padding")
+        assert r.hint == check_hint("ch08_ex2", "a source that is all padding")
     assert "not NaN, not uniform" not in r.hint and "must stay finite" not in r.hint
 
 
@@ -191,21 +195,21 @@ def _student_block(or_causal=False):
     return DecoderBlock
 
 
-def test_ex3_correct_answer_passes():
-    _passes_everywhere("ch08_ex3", _student_block())
+def test_ch08_ex3_correct_answer_passes():
+    passes_everywhere("ch08_ex3", _student_block())
 
 
-def test_ex3_causal_mask_ored_onto_self_mask_fails_with_its_hint():
+def test_ch08_ex3_causal_mask_ored_onto_self_mask_fails_with_its_hint():
     answer = _student_block(or_causal=True)
-    public = _failures("ch08_ex3", answer)
+    public = failed_checks("ch08_ex3", answer)
     assert [r.check for r in public] == ["a self_mask that is not causal (padding only): the block uses "
                                          "self_mask as given"]
-    assert public[0].hint == _mistake_hint("ch08_ex3", "a causal mask added to self_mask")
-    assert _failed_hidden_somewhere("ch08_ex3", answer, seeds=SEEDS)
+    assert public[0].hint == mistake_hint("ch08_ex3", "a causal mask added to self_mask")
+    assert failed_hidden_somewhere("ch08_ex3", answer, seeds=SEEDS)
 
 
-def test_ex3_contract_says_self_mask_is_used_as_given():
-    cell = _exercise_markdown("ch08_ex3")
+def test_ch08_ex3_contract_says_self_mask_is_used_as_given():
+    cell = statement("ch08_ex3")
     assert "as given" in cell and "not causal" in cell
 
 
@@ -238,19 +242,19 @@ def _student_shapes(**change):
     return encoder_decoder_shapes
 
 
-def test_ex4_correct_answers_pass():
-    _passes_everywhere("ch08_ex4", _student_shapes())
-    _passes_everywhere("ch08_ex4", _student_shapes(memory=tuple))
+def test_ch08_ex4_correct_answers_pass():
+    passes_everywhere("ch08_ex4", _student_shapes())
+    passes_everywhere("ch08_ex4", _student_shapes(memory=tuple))
     # a NumPy integer is recorded as an int (the contract says so)
-    _passes_everywhere("ch08_ex4", _student_shapes(num_parameters=np.int64))
+    passes_everywhere("ch08_ex4", _student_shapes(num_parameters=np.int64))
 
 
-def test_ex4_queries_before_the_transpose_is_a_kept_mistake():
+def test_ch08_ex4_queries_before_the_transpose_is_a_kept_mistake():
     answer = _student_shapes(queries_per_head=lambda s: (s[0], s[2], s[1], s[3]))
-    public = _failures("ch08_ex4", answer)
-    assert public and all(r.hint == _mistake_hint("ch08_ex4", "queries_per_head before the transpose")
+    public = failed_checks("ch08_ex4", answer)
+    assert public and all(r.hint == mistake_hint("ch08_ex4", "queries_per_head before the transpose")
                           for r in public), [r.line() for r in public]
-    cell = _exercise_markdown("ch08_ex4")
+    cell = statement("ch08_ex4")
     assert "(batch, heads, queries, head_dim)" in cell
 
 
@@ -260,13 +264,13 @@ def test_ex4_queries_before_the_transpose_is_a_kept_mistake():
     ("float shape", dict(memory=lambda s: tuple(float(n) for n in s)), "tuple of Python ints"),
     ("list shape", dict(logits=list), "tuple of ints"),
 ])
-def test_ex4_types_are_checked_apart_with_a_plain_reason(kind, change, said):
+def test_ch08_ex4_types_are_checked_apart_with_a_plain_reason(kind, change, said):
     answer = _student_shapes(**change)
-    public = _failures("ch08_ex4", answer)
+    public = failed_checks("ch08_ex4", answer)
     assert [r.check for r in public] == ["num_parameters is an int and every shape a tuple of ints (same call)"], \
         [r.line() for r in public]
     assert said in public[0].reason and public[0].mistake is None
-    assert public[0].hint == _check_hint("ch08_ex4", "num_parameters is an int")
+    assert public[0].hint == check_hint("ch08_ex4", "num_parameters is an int")
     # the type check weighs little: the value checks pass
     results = run_checks("ch08_ex4", answer, hidden=True, seed=11)
     lost = sum(r.max_points for r in results if not r.passed)
@@ -301,14 +305,14 @@ def _student_greedy(variant="correct"):
     return GreedyTransformer
 
 
-def test_ex5_correct_answer_passes():
-    _passes_everywhere("ch08_ex5", _student_greedy())
+def test_ch08_ex5_correct_answer_passes():
+    passes_everywhere("ch08_ex5", _student_greedy())
 
 
 @pytest.mark.parametrize("variant", ["int32", "eos dropped"])
-def test_ex5_encode_once_hint_does_not_blame_encoding(variant):
+def test_ch08_ex5_encode_once_hint_does_not_blame_encoding(variant):
     answer = _student_greedy(variant)
-    failures = _failures("ch08_ex5", answer) + _failures("ch08_ex5", answer, 11)
+    failures = failed_checks("ch08_ex5", answer) + failed_checks("ch08_ex5", answer, 11)
     assert failures
     for r in failures:
         assert r.mistake != "encoder run at every step", r.line()
@@ -316,33 +320,15 @@ def test_ex5_encode_once_hint_does_not_blame_encoding(variant):
     once = [r for r in failures if r.check.startswith("the source is encoded once")]
     if variant == "int32":
         assert once and "dtype torch.int32" in once[0].reason
-        assert once[0].hint == _check_hint("ch08_ex5", "the source is encoded once")
+        assert once[0].hint == check_hint("ch08_ex5", "the source is encoded once")
 
 
-def test_ex5_eos_step_cleared_is_a_kept_mistake():
+def test_ch08_ex5_eos_step_cleared_is_a_kept_mistake():
     answer = _student_greedy("eos step cleared")
-    public = _failures("ch08_ex5", answer)
-    assert public and all(r.hint == _mistake_hint("ch08_ex5", "<eos> step cleared too") for r in public)
+    public = failed_checks("ch08_ex5", answer)
+    assert public and all(r.hint == mistake_hint("ch08_ex5", "<eos> step cleared too") for r in public)
 
 
-def test_ex5_reencoding_still_gets_its_hint():
-    public = _failures("ch08_ex5", _student_greedy("re-encode"))
+def test_ch08_ex5_reencoding_still_gets_its_hint():
+    public = failed_checks("ch08_ex5", _student_greedy("re-encode"))
     assert public and all(r.mistake == "encoder run at every step" for r in public)
-
-
-# ------------------------------------------------------------------ contracts
-
-def _exercise_markdown(label):
-    import json
-    from pathlib import Path
-    nb = json.loads((Path(__file__).resolve().parents[1] / "solutions" / "08_transformer.ipynb").read_text())
-    for cell in nb["cells"]:
-        text = "".join(cell["source"])
-        if cell["cell_type"] == "markdown" and f":label: {label}" in text:
-            return text
-    raise AssertionError(f"no exercise cell for {label}")
-
-
-def test_ex1_contract_names_the_invalid_shapes():
-    cell = _exercise_markdown("ch08_ex1")
-    assert "0-d" in cell and "(batch, 1)" in cell

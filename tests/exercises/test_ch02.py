@@ -1,0 +1,346 @@
+"""Regression tests of chapter 2's exercises (Nadaraya-Watson), filed by exercise.
+
+Where a newly found mistake's regression test goes: into this file, in the section of its
+exercise, named ``test_ch02_exM_<what it shows>``; a test about several of the chapter's
+exercises is parametrized so that every id carries its exercise's label
+(``tests/exercises/conftest.py`` refuses a test here without one). Write each wrong answer
+by hand, the way a student would (never import the kept mistake it should match, nor a
+solver's files); the shared helpers are in ``tests/exercise_helpers.py``.
+
+From issue 10, the findings of solver "a": answers that the checks used to accept although
+they break the contract now fail a check (or, where the contract clause was not worth
+checking, the clause is gone from the statement and the answer is correct under the new
+wording); answers that used to get a hint blaming another mistake now get their own kept
+mistake's hint, or the check's neutral hint.
+"""
+import math
+
+import pytest
+import torch
+
+from attention_course.checking import outcomes_for, run_checks
+from attention_course.registry import get_exercise
+
+from exercise_helpers import all_failures, assert_mistake, check_named, failed_checks, statement
+
+
+# ======================================== ch02_ex1
+
+# ---- ch02_ex1: a tensor width detached
+
+def kernel_detached_width(distances, width):
+    w = torch.as_tensor(width).detach().clone()
+    if (w <= 0).any():
+        raise ValueError("width must be positive")
+    return torch.exp(-distances ** 2 / (2 * w ** 2))
+
+
+def test_ch02_ex1_detached_width_fails():
+    failures = failed_checks("ch02_ex1", kernel_detached_width)
+    assert [r.check for r in failures] == [check_named("ch02_ex1", "gradients reach").name]
+
+
+# ---- ch02_ex1: a value bug (the 1/2 forgotten) gets its own hint
+
+def kernel_without_two(distances, width):
+    if (torch.as_tensor(width) <= 0).any():
+        raise ValueError("width must be positive")
+    return torch.exp(-distances ** 2 / width ** 2)
+
+
+def test_ch02_ex1_value_bug_gets_its_hint_not_the_error_hint():
+    assert_mistake("ch02_ex1", kernel_without_two, "forgot the 1/2")
+
+
+# ======================================== ch02_ex2
+
+def _nw(queries, keys, values, width, score):
+    if queries.dim() != 2 or keys.dim() != 2 or values.dim() != 2:
+        raise ValueError("queries, keys and values must be 2-D")
+    if keys.shape != values.shape:
+        raise ValueError("keys and values must have the same shape")
+    if queries.shape[0] != keys.shape[0]:
+        raise ValueError("queries and keys: batch sizes differ")
+    if width <= 0:
+        raise ValueError("width must be positive")
+    diff = queries[:, :, None] - keys[:, None, :]
+    weights = torch.softmax(score(diff) / (2 * width ** 2), dim=-1)
+    return torch.einsum("bqk,bk->bq", weights, values), weights
+
+
+def nw_absolute(queries, keys, values, width):
+    return _nw(queries, keys, values, width, lambda d: -d.abs())
+
+
+def nw_swapped(queries, keys, values, width):
+    predictions, weights = _nw(queries, keys, values, width, lambda d: -d ** 2)
+    return weights, predictions
+
+
+def test_ch02_ex2_absolute_distance_and_swapped_pair_get_their_hints():
+    assert_mistake("ch02_ex2", nw_absolute, "absolute distance")
+    assert_mistake("ch02_ex2", nw_swapped, "(weights, predictions) swapped")
+
+
+def test_ch02_ex2_check_hints_blame_nothing():
+    batch = check_named("ch02_ex2", "a batch of 3").hint
+    narrow = check_named("ch02_ex2", "a narrow width").hint
+    assert "independent problems" not in batch and "this check compares" in batch
+    assert "the reason above" in narrow
+
+
+# ======================================== ch02_ex3
+
+# ---- ch02_ex3: n >= 2 not validated
+
+def _loo(keys, values, s):
+    logits = -(keys[:, None] - keys[None, :]) ** 2 / (2 * torch.exp(s) ** 2)
+    logits = logits.masked_fill(torch.eye(len(keys), dtype=torch.bool), -math.inf)
+    return ((logits.softmax(-1) @ values - values) ** 2).mean()
+
+
+def fit_width_any_length(keys, values, init_width, lr, num_steps):
+    if keys.dim() != 1 or values.dim() != 1 or keys.shape != values.shape:
+        raise ValueError("keys and values must be 1-D of the same length")
+    if init_width <= 0:
+        raise ValueError("init_width must be positive")
+    s = torch.tensor(math.log(init_width), requires_grad=True)
+    losses = []
+    for _ in range(num_steps):
+        loss = _loo(keys, values, s)
+        losses.append(loss.detach())
+        (g,) = torch.autograd.grad(loss, s)
+        s = (s - lr * g).detach().requires_grad_(True)
+    return math.exp(s.item()), torch.stack(losses) if losses else torch.zeros(0)
+
+
+def test_ch02_ex3_length_one_keys_fail():
+    failures = all_failures("ch02_ex3", fit_width_any_length)
+    assert failures and all(r.check.startswith("bad keys") for r in failures), \
+        [(r.check, r.reason) for r in failures]
+
+
+def fit_width_losses_with_grad(keys, values, init_width, lr, num_steps):
+    if keys.dim() != 1 or keys.shape != values.shape or len(keys) < 2:
+        raise ValueError("keys and values must be 1-D of the same length >= 2")
+    if init_width <= 0:
+        raise ValueError("init_width must be positive")
+    s = torch.tensor(math.log(init_width), requires_grad=True)
+    losses = []
+    for _ in range(num_steps):
+        loss = _loo(keys, values, s)
+        losses.append(loss)                      # the graph stays attached
+        (g,) = torch.autograd.grad(loss, s, retain_graph=True)
+        s = s - lr * g
+    return math.exp(s.item()), torch.stack(losses) if losses else torch.zeros(0)
+
+
+def test_ch02_ex3_no_gradient_clause_removed():
+    # The checks cannot see whether a returned tensor carries a graph (outcomes are detached
+    # plain data), so the clause "(no gradient attached)" left the contract; the answer is
+    # correct under the new wording.
+    assert "gradient attached" not in statement("ch02_ex3")
+    assert not all_failures("ch02_ex3", fit_width_losses_with_grad)
+
+
+# ---- ch02_ex3: log(width) returned
+
+def fit_width_returns_log(keys, values, init_width, lr, num_steps):
+    if len(keys) < 2:
+        raise ValueError("keys and values need length >= 2")
+    width, losses = fit_width_any_length(keys, values, init_width, lr, num_steps)
+    return math.log(width), losses
+
+
+def test_ch02_ex3_log_width_gets_its_hint():
+    assert_mistake("ch02_ex3", fit_width_returns_log, "returned log(width)")
+    assert "where they part" not in check_named("ch02_ex3", "20 steps").hint
+
+
+# ======================================== ch02_ex4
+
+# ---- ch02_ex4: candidates, keys and values not validated fully
+
+def _choices_core(keys, values, test_queries, test_targets, candidates):
+    h2 = 2 * candidates.reshape(-1, 1, 1) ** 2
+    loo = (-(keys[:, None] - keys) ** 2 / h2).masked_fill(torch.eye(len(keys), dtype=torch.bool), -math.inf)
+    loo_err = ((loo.softmax(-1) @ values - values) ** 2).mean(-1)
+    test = -(test_queries[:, None] - keys) ** 2 / h2
+    test_err = ((test.softmax(-1) @ values - test_targets) ** 2).mean(-1)
+    c = candidates.reshape(-1)
+    return c[loo_err.argmin()].item(), c[test_err.argmin()].item(), loo_err, test_err
+
+
+def choices_candidates_any_shape(keys, values, test_queries, test_targets, candidates):
+    if candidates.numel() == 0 or (candidates <= 0).any():
+        raise ValueError("candidates must be non-empty and positive")
+    if keys.dim() != 1 or keys.shape != values.shape or len(keys) < 2:
+        raise ValueError("keys and values: 1-D, same length >= 2")
+    return _choices_core(keys, values, test_queries, test_targets, candidates)
+
+
+def choices_any_length(keys, values, test_queries, test_targets, candidates):
+    if candidates.dim() != 1 or candidates.numel() == 0 or (candidates <= 0).any():
+        raise ValueError("candidates must be non-empty and positive")
+    if keys.dim() != 1 or keys.shape != values.shape:
+        raise ValueError("keys and values: 1-D, same length")
+    return _choices_core(keys, values, test_queries, test_targets, candidates)
+
+
+def choices_keys_any_dim(keys, values, test_queries, test_targets, candidates):
+    if candidates.dim() != 1 or candidates.numel() == 0 or (candidates <= 0).any():
+        raise ValueError("candidates must be non-empty and positive")
+    if keys.shape != values.shape or keys.numel() < 2:
+        raise ValueError("keys and values: same shape, >= 2")
+    return _choices_core(keys.reshape(-1), values.reshape(-1), test_queries, test_targets, candidates)
+
+
+@pytest.mark.parametrize("answer", [choices_candidates_any_shape, choices_any_length, choices_keys_any_dim])
+def test_ch02_ex4_missing_validation_fails(answer):
+    failures = all_failures("ch02_ex4", answer)
+    assert failures and all(r.check.startswith("bad candidates") for r in failures), \
+        [(r.check, r.reason) for r in failures]
+
+
+# ---- ch02_ex4: /(2h) instead of /(2h^2); a float32 kernel ratio
+
+def choices_width_not_squared(keys, values, test_queries, test_targets, candidates):
+    if candidates.dim() != 1 or candidates.numel() == 0 or (candidates <= 0).any():
+        raise ValueError("candidates must be non-empty and positive")
+    if keys.dim() != 1 or keys.shape != values.shape or len(keys) < 2:
+        raise ValueError("keys and values: 1-D, same length >= 2")
+    return _choices_wrong_scale(keys, values, test_queries, test_targets, candidates)
+
+
+def _choices_wrong_scale(keys, values, test_queries, test_targets, candidates):
+    loo, test = [], []
+    eye = torch.eye(len(keys), dtype=torch.bool)
+    for h in candidates:
+        s = (-(keys[:, None] - keys) ** 2 / (2 * h)).masked_fill(eye, -math.inf)
+        loo.append(((s.softmax(-1) @ values - values) ** 2).mean())
+        t = -(test_queries[:, None] - keys) ** 2 / (2 * h)
+        test.append(((t.softmax(-1) @ values - test_targets) ** 2).mean())
+    loo, test = torch.stack(loo), torch.stack(test)
+    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test
+
+
+def choices_kernel_ratio32(keys, values, test_queries, test_targets, candidates):
+    if candidates.dim() != 1 or candidates.numel() == 0 or (candidates <= 0).any():
+        raise ValueError("candidates must be non-empty and positive")
+    if keys.dim() != 1 or keys.shape != values.shape or len(keys) < 2:
+        raise ValueError("keys and values: 1-D, same length >= 2")
+    loo, test = [], []
+    for h in candidates.tolist():
+        k = torch.exp(-(keys[:, None] - keys[None, :]) ** 2 / (2 * h * h))
+        k.fill_diagonal_(0.0)
+        loo.append(((k @ values / k.sum(1) - values) ** 2).mean())
+        kt = torch.exp(-(test_queries[:, None] - keys[None, :]) ** 2 / (2 * h * h))
+        test.append(((kt @ values / kt.sum(1) - test_targets) ** 2).mean())
+    loo, test = torch.stack(loo), torch.stack(test)
+    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test
+
+
+def test_ch02_ex4_hints_do_not_blame_the_order():
+    failures = failed_checks("ch02_ex4", choices_width_not_squared)
+    assert failures
+    for r in failures:
+        assert r.mistake is None and "no particular order; errors[j]" not in r.hint, (r.check, r.hint)
+    assert_mistake("ch02_ex4", choices_kernel_ratio32, "float32 kernel over its sum")
+    assert "numerically stable" in statement("ch02_ex4")
+
+
+# ======================================== ch02_ex5
+
+# ---- ch02_ex5: keys and values neither checked 1-D nor of length >= 2
+
+def local_linear_loose(queries, keys, values, width):
+    if width <= 0:
+        raise ValueError("width must be positive")
+    if keys.shape != values.shape:
+        raise ValueError("keys and values differ in shape")
+    k, v = keys.reshape(-1).double(), values.reshape(-1).double()
+    u = k[None, :] - queries.double()[:, None]
+    K = torch.exp(-u ** 2 / (2 * width ** 2))
+    s0, s1, s2 = K.sum(1, keepdim=True), (K * u).sum(1, keepdim=True), (K * u * u).sum(1, keepdim=True)
+    weights = K * (s2 - u * s1) / (s0 * s2 - s1 ** 2)
+    return (weights @ v).float(), weights.float()
+
+
+def test_ch02_ex5_missing_validation_fails():
+    failures = all_failures("ch02_ex5", local_linear_loose)
+    assert failures and all(r.check.startswith("a non-positive width") for r in failures), \
+        [(r.check, r.reason) for r in failures]
+
+
+# ---- ch02_ex5: the kernel factor K_i left out (a value bug)
+
+def local_linear_no_kernel(queries, keys, values, width):
+    if queries.dim() != 1:
+        raise ValueError("queries must be 1-D")
+    if keys.dim() != 1 or keys.shape != values.shape or len(keys) < 2:
+        raise ValueError("keys and values must be 1-D of one length >= 2")
+    if width <= 0:
+        raise ValueError("width must be positive")
+    u = keys.double()[None, :] - queries.double()[:, None]
+    K = torch.exp(-u ** 2 / (2 * width ** 2))
+    s0, s1, s2 = K.sum(1, keepdim=True), (K * u).sum(1, keepdim=True), (K * u * u).sum(1, keepdim=True)
+    weights = (s2 - u * s1) / (s0 * s2 - s1 ** 2)           # the factor K_i left out
+    return (weights @ values.double()).float(), weights.float()
+
+
+# ---- ch02_ex5: wrong weights, right predictions on a line
+
+def local_linear_transposed(queries, keys, values, width):
+    predictions, weights = local_linear_no_kernel_fixed(queries, keys, values, width)
+    return predictions, weights.T
+
+
+def local_linear_no_kernel_fixed(queries, keys, values, width):
+    if queries.dim() != 1:
+        raise ValueError("queries must be 1-D")
+    if keys.dim() != 1 or keys.shape != values.shape or len(keys) < 2:
+        raise ValueError("keys and values must be 1-D of one length >= 2")
+    if width <= 0:
+        raise ValueError("width must be positive")
+    u = keys.double()[None, :] - queries.double()[:, None]
+    K = torch.exp(-u ** 2 / (2 * width ** 2))
+    s0, s1, s2 = K.sum(1, keepdim=True), (K * u).sum(1, keepdim=True), (K * u * u).sum(1, keepdim=True)
+    weights = K * (s2 - u * s1) / (s0 * s2 - s1 ** 2)
+    return (weights @ values.double()).float(), weights.float()
+
+
+def test_ch02_ex5_hints_describe_both_items():
+    line = check_named("ch02_ex5", "a straight line")
+    ends = check_named("ch02_ex5", "queries at the ends")
+    for r in failed_checks("ch02_ex5", local_linear_transposed):
+        assert r.mistake is None and r.hint in (line.hint, ends.hint, check_named("ch02_ex5", "12 queries").hint)
+    assert "the weights" in line.hint and "reason above" in line.hint
+    assert "one side of the query" not in ends.hint
+    assert_mistake("ch02_ex5", local_linear_no_kernel, "kernel factor K_i left out")
+    assert not all_failures("ch02_ex5", local_linear_no_kernel_fixed)
+
+
+# ======================================== ch02_ex1 to ch02_ex5: every error check holds invalid calls only
+
+# A value bug keeps the points of the error checks, since every error check of the chapter
+# holds invalid calls only.
+
+VALUE_BUGS = {"ch02_ex1": kernel_without_two, "ch02_ex2": nw_absolute, "ch02_ex5": local_linear_no_kernel}
+
+
+@pytest.mark.parametrize("label", sorted(VALUE_BUGS))
+def test_ch02_value_bugs_keep_the_error_points(label):
+    answer = VALUE_BUGS[label]
+    results = run_checks(label, answer)
+    errors = [r for r in results if "raise" in r.check]
+    assert errors and all(r.passed for r in errors), [(r.check, r.reason) for r in errors]
+    assert any(not r.passed for r in results)
+
+
+@pytest.mark.parametrize("ex", ["ch02_ex1", "ch02_ex2", "ch02_ex3", "ch02_ex4", "ch02_ex5"])
+def test_ch02_error_checks_hold_invalid_calls_only(ex):
+    exercise = get_exercise(ex)
+    for check in exercise.checks:
+        outcomes = outcomes_for(exercise.reference, check.make_calls(check.seed), exercise.kind)
+        statuses = {o["status"] for o in outcomes}
+        assert statuses != {"ok", "raised"}, f"{ex} check {check.name!r} mixes valid and invalid calls"

@@ -1,0 +1,266 @@
+"""Regression tests of chapter 5's exercises (causal attention), filed by exercise.
+
+Where a newly found mistake's regression test goes: into this file, in the section of its
+exercise, named ``test_ch05_exM_<what it shows>``; a test about several of the chapter's
+exercises is parametrized so that every id carries its exercise's label
+(``tests/exercises/conftest.py`` refuses a test here without one). Write each wrong answer
+by hand, the way a student would (never import the kept mistake it should match, nor a
+solver's files); the shared helpers are in ``tests/exercise_helpers.py``.
+
+From issue 10, the findings of solver "a": answers that the checks used to accept although
+they break the contract now fail a check (or the clause is gone from the statement);
+answers that used to get a hint blaming another mistake now get their own kept mistake's
+hint, or the check's neutral hint; the independence property of dropout
+(``dropout_checks``, ``independent_along``) never fails the reference or a kept alternative
+over 40 seeds, and always fails dropout that shares one draw along rows, columns or the
+batch.
+"""
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attention_course.checking import compare_all, outcomes_for, run_checks
+from attention_course.registry import get_exercise
+
+from exercise_helpers import SEEDS, all_failures, assert_mistake, check_named, failed_checks, mistake_hint, statement
+
+
+# ======================================== ch05_ex1
+
+# ---- ch05_ex1: integer types (clause reworded, not checked)
+
+def causal_mask_no_type_check(num_tokens):
+    if num_tokens < 1:
+        raise ValueError(f"num_tokens must be positive, got {num_tokens}")
+    return torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)
+
+
+def test_ch05_ex1_integer_clause_reworded():
+    ex1 = statement("ch05_ex1")
+    assert "not a positive integer" not in ex1 and "less than 1" in ex1
+    assert not all_failures("ch05_ex1", causal_mask_no_type_check)
+
+
+# ======================================== ch05_ex2
+
+# ---- ch05_ex2: drops that are not independent, and a float32 result
+
+def _check_p(p):
+    if not 0 <= p < 1:
+        raise ValueError(f"p={p} is not in [0, 1)")
+
+
+def dropout_per_row(weights, p, training=True):
+    _check_p(p)
+    if not training:
+        return weights
+    keep = torch.rand(weights.shape[:-1] + (1,)) >= p
+    return weights * keep / (1 - p)
+
+
+def dropout_per_batch(weights, p, training=True):
+    _check_p(p)
+    if not training:
+        return weights
+    keep = torch.rand(weights.shape[-2:]) >= p
+    return weights * keep / (1 - p)
+
+
+def dropout_per_column(weights, p, training=True):
+    _check_p(p)
+    if not training:
+        return weights
+    keep = torch.rand(weights.shape[:-2] + (1, weights.shape[-1])) >= p
+    return weights * keep / (1 - p)
+
+
+def dropout_always_float32(weights, p, training=True):
+    _check_p(p)
+    w = weights.float()
+    if not training:
+        return w
+    return w * (torch.rand_like(w) >= p) / (1 - p)
+
+
+@pytest.mark.parametrize("answer,mistake", [(dropout_per_row, "one draw per query row"),
+                                            (dropout_per_batch, "one mask shared by the batch"),
+                                            (dropout_per_column, "one draw per key column")])
+def test_ch05_ex2_shared_drops_fail_with_their_hint(answer, mistake):
+    failures = failed_checks("ch05_ex2", answer)
+    assert [r.check for r in failures] == [check_named("ch05_ex2", "uniform weights").name]
+    assert failures[0].mistake == mistake and failures[0].hint == mistake_hint("ch05_ex2", mistake)
+    assert "identical" in failures[0].reason
+    for seed in SEEDS:
+        assert [r for r in run_checks("ch05_ex2", answer, hidden=True, seed=seed) if not r.passed]
+
+
+def test_ch05_ex2_float32_result_fails():
+    assert_mistake("ch05_ex2", dropout_always_float32, "float32 output for float64 weights")
+    for seed in SEEDS:
+        assert [r for r in run_checks("ch05_ex2", dropout_always_float32, hidden=True, seed=seed) if not r.passed]
+
+
+# ======================================== ch05_ex3
+
+# ---- ch05_ex3: one (T, T) mask for the batch; a late length check (clause reworded)
+
+class _Attention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.drop = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length).triu(1).bool(),
+                             persistent=False)
+
+
+class AttentionBatchSharedDrop(_Attention):
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.mask.shape[0]:
+            raise ValueError(f"num_tokens={T} > context_length={self.mask.shape[0]}")
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        a = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(self.mask[:T, :T], -math.inf)
+        a = a.softmax(-1)
+        if self.training:
+            a = a * self.drop(torch.ones(T, T))
+        return a @ v
+
+
+class AttentionLateCheck(_Attention):
+    def forward(self, x):
+        T = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        s = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+        if T > self.mask.shape[0]:
+            raise ValueError(f"num_tokens={T} > context_length={self.mask.shape[0]}")
+        return self.drop(s.masked_fill(self.mask[:T, :T], -math.inf).softmax(-1)) @ v
+
+
+def test_ch05_ex3_batch_shared_mask_fails_with_its_hint():
+    assert_mistake("ch05_ex3", AttentionBatchSharedDrop, "one dropout mask shared by the batch")
+    for seed in SEEDS:
+        assert [r for r in run_checks("ch05_ex3", AttentionBatchSharedDrop, hidden=True, seed=seed)
+                if not r.passed]
+
+
+def test_ch05_ex3_before_computing_anything_removed():
+    text = statement("ch05_ex3")
+    assert "before computing anything" not in text
+    assert not all_failures("ch05_ex3", AttentionLateCheck)
+
+
+# ---- ch05_ex3: wrong values that leak nothing; qkv_bias ignored; a persistent mask
+
+class AttentionScaledByD(_Attention):
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.mask.shape[0]:
+            raise ValueError(f"num_tokens={T} > context_length={self.mask.shape[0]}")
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        s = (q @ k.transpose(1, 2) / q.shape[-1]).masked_fill(self.mask[:T, :T], -math.inf)
+        return self.drop(s.softmax(-1)) @ v
+
+
+class AttentionNoBias(_Attention):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, qkv_bias=False)
+
+    def forward(self, x):                        # correct, apart from the missing biases
+        T = x.shape[1]
+        if T > self.mask.shape[0]:
+            raise ValueError(f"num_tokens={T} > context_length={self.mask.shape[0]}")
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        s = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(self.mask[:T, :T], -math.inf)
+        return self.drop(s.softmax(-1)) @ v
+
+
+# Named as the contract names the class: load_state_dict's error messages quote the class name.
+for _cls in (AttentionBatchSharedDrop, AttentionNoBias):
+    _cls.__name__ = _cls.__qualname__ = "CausalAttention"
+
+
+class AttentionPersistentMask(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1))
+
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.mask.shape[0]:
+            raise ValueError(f"num_tokens={T} > context_length={self.mask.shape[0]}")
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        s = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(self.mask[:T, :T], -math.inf)
+        return self.dropout(s.softmax(-1)) @ v
+
+
+def test_ch05_ex3_future_check_hint_is_neutral():
+    future = check_named("ch05_ex3", "changing only later tokens")
+    failures = {r.check: r for r in failed_checks("ch05_ex3", AttentionScaledByD)}
+    assert future.name in failures
+    r = failures[future.name]
+    assert r.mistake is None and r.hint == future.hint and "leak" not in r.reason
+    assert "may depend only" not in future.hint
+
+
+def test_ch05_ex3_ignored_bias_gets_its_hint():
+    assert_mistake("ch05_ex3", AttentionNoBias, "qkv_bias ignored")
+
+
+def test_ch05_ex3_persistent_mask_keeps_the_length_check_points():
+    results = {r.check: r for r in run_checks("ch05_ex3", AttentionPersistentMask)}
+    assert results[check_named("ch05_ex3", "num_tokens > context_length").name].passed
+
+
+# ======================================== ch05_ex4
+
+# ---- ch05_ex4: integer types (clause reworded, not checked)
+
+def offset_mask_no_type_check(num_queries, num_keys):
+    if not 1 <= num_queries <= num_keys:
+        raise ValueError(f"num_queries={num_queries}, num_keys={num_keys}")
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).triu(num_keys - num_queries + 1)
+
+
+def test_ch05_ex4_integer_clause_reworded():
+    ex4 = statement("ch05_ex4")
+    assert "(both integers)" not in ex4 and "Python ints" in ex4
+    assert not all_failures("ch05_ex4", offset_mask_no_type_check)
+
+
+# ======================================== ch05_ex2 and ch05_ex3: the independence property of dropout
+
+def _shift(calls, k):
+    return [dataclasses.replace(c, call_seed=None if c.call_seed is None else c.call_seed + 7919 * k)
+            for c in calls]
+
+
+def _judge(exercise, check, calls, impl, want):
+    got = outcomes_for(impl, calls, exercise.kind)
+    return compare_all(got, want, check, calls)
+
+
+@pytest.mark.parametrize("label,check_start", [("ch05_ex2", "uniform weights"),
+                                               ("ch05_ex3", "training mode, a batch of two")])
+def test_ch05_independence_never_fails_correct_dropout_over_40_seeds(label, check_start):
+    exercise = get_exercise(label)
+    check = check_named(label, check_start)
+    correct = [exercise.reference] + [a.impl for a in exercise.alternatives]
+    shared = {"ch05_ex2": [dropout_per_row, dropout_per_batch, dropout_per_column],
+              "ch05_ex3": [AttentionBatchSharedDrop]}[label]
+    for k in range(40):
+        calls = _shift(check.make_calls(k), k)
+        want = outcomes_for(exercise.reference, _shift(calls, 1000), exercise.kind)  # another stream
+        for impl in correct:
+            assert _judge(exercise, check, calls, impl, want) is None, (k, impl)
+        for impl in shared:
+            reason = _judge(exercise, check, calls, impl, want)
+            assert reason is not None and "identical" in reason, (k, impl, reason)
