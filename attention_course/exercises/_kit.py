@@ -8,7 +8,9 @@ by one exercise only lives in that exercise's module. What is here:
 * :func:`gen`, :func:`randint` -- the seeded draws every check's inputs come from;
 * :func:`shape_of` -- a shape as a plain tuple, for error messages;
 * :data:`ERROR_WEIGHT` -- the weight of an error-message check;
-* :func:`finite_then_close` and :func:`same_parameters` -- compares used by several chapters.
+* :func:`finite_then_close` and :func:`same_parameters` -- compares used by several chapters;
+* :func:`qkv_state` -- the state dict of the projections W_query, W_key, W_value that chapter 5's
+  causal attention and chapter 6's multi-head attention load.
 """
 from __future__ import annotations
 
@@ -75,6 +77,23 @@ def shape_of(t):
     if isinstance(t, torch.Tensor):
         return tuple(t.shape)
     return tuple(t.shape) if hasattr(t, "shape") else type(t).__name__
+
+
+def qkv_state(g, d_in, d_out, bias=False):
+    """The weights (and with ``bias`` the biases) of W_query, W_key and W_value, each an
+    ``nn.Linear(d_in, d_out)``, drawn from ``g`` in this order: weight * 0.6, bias * 0.3.
+
+    Used by ch05_ex3 (CausalAttention) and ch06_ex3 (MultiHeadAttention, whose ``_mha_state``
+    draws out_proj's weight and bias after these). Chapter 4's ``_sa_state`` stays apart: it
+    divides its weights by sqrt(d_in), and a division is not bitwise a multiplication, so
+    sharing this would change the inputs of its checks.
+    """
+    state = {}
+    for name in ("W_query", "W_key", "W_value"):
+        state[f"{name}.weight"] = torch.randn(d_out, d_in, generator=g) * 0.6
+        if bias:
+            state[f"{name}.bias"] = torch.randn(d_out, generator=g) * 0.3
+    return state
 
 
 def tensors_of(value):

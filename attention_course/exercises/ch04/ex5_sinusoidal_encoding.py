@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from ... import transformer as tf
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen
 
@@ -214,6 +215,12 @@ def _pe_alt_loops(num_positions, d_model):
             row += [math.sin(angle), math.cos(angle)]
         rows.append(row)
     return torch.tensor(rows, dtype=torch.float32)
+
+
+alternatives.add("the course library's transformer.sinusoidal_encoding",
+                 "the table Chapter 8's Transformer adds: float64 angles, sines and cosines "
+                 "interleaved by stack and flatten, cast to float32",
+                 tf.sinusoidal_encoding)
 
 
 # Registration -----------------------------------------------------------------------------

@@ -26,10 +26,11 @@ from torch import nn
 import torch
 import torch.nn.functional as F
 
+from ... import multihead as mh
 from ...checking import compare_outcome
 from ...dropout_checks import draw_calls, dropout_compare
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept
+from .._kit import Kept, qkv_state
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -66,19 +67,10 @@ class CausalAttention(nn.Module):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
-def _attn_state(g, d_in, d_out, bias=False):
-    state = {}
-    for name in ("W_query", "W_key", "W_value"):
-        state[f"{name}.weight"] = torch.randn(d_out, d_in, generator=g) * 0.6
-        if bias:
-            state[f"{name}.bias"] = torch.randn(d_out, generator=g) * 0.3
-    return state
-
-
 def _attn_full_calls(seed):
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 3, 6
-    return [Call(init_args=(d_in, d_out, ctx, 0.5), init_seed=seed, strict_state=True, state_dict=_attn_state(g, d_in, d_out),
+    return [Call(init_args=(d_in, d_out, ctx, 0.5), init_seed=seed, strict_state=True, state_dict=qkv_state(g, d_in, d_out),
                  train=False, call_seed=seed, args=(torch.randn(2, ctx, d_in, generator=g),),
                  report=("param_shapes", "buffer_names"))]
 
@@ -86,7 +78,7 @@ def _attn_full_calls(seed):
 def _attn_short_calls(seed):
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 2, 8
-    state = _attn_state(g, d_in, d_out)
+    state = qkv_state(g, d_in, d_out)
     return [Call(init_args=(d_in, d_out, ctx, 0.0), init_seed=seed, strict_state=True, state_dict=state, train=False,
                  call_seed=seed, args=(torch.randn(3, n, d_in, generator=g),)) for n in (5, 1)]
 
@@ -95,7 +87,7 @@ def _attn_future_calls(seed):
     # Two inputs equal up to position 2; only tokens 3.. differ.
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 5, 4, 7
-    state = _attn_state(g, d_in, d_out)
+    state = qkv_state(g, d_in, d_out)
     x = torch.randn(2, ctx, d_in, generator=g)
     changed = x.clone()
     changed[:, 3:] = torch.randn(2, ctx - 3, d_in, generator=g) * 3.0
@@ -136,7 +128,7 @@ def _attn_draws(d_in, d_out, ctx, p, state, x, bias=False):
 def _attn_train_calls(seed):
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 3, 6
-    state = _attn_state(g, d_in, d_out)
+    state = qkv_state(g, d_in, d_out)
     return _attn_draws(d_in, d_out, ctx, 0.25, state, torch.randn(2, ctx, d_in, generator=g))
 
 
@@ -144,7 +136,7 @@ def _attn_equal_values_calls(seed):
     # W_value = 0 with a bias b: every value vector is b, so dropout on the weights keeps rows ∝ b.
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 3, 5
-    state = _attn_state(g, d_in, d_out, bias=True)
+    state = qkv_state(g, d_in, d_out, bias=True)
     state["W_value.weight"] = torch.zeros(d_out, d_in)
     state["W_value.bias"] = torch.tensor([1.0, -2.0, 0.5])
     return _attn_draws(d_in, d_out, ctx, 0.4, state, torch.randn(2, ctx, d_in, generator=g), bias=True)
@@ -155,7 +147,7 @@ def _attn_twin_calls(seed):
     # must differ (each sequence draws its own dropout on its own attention weights).
     g = torch.Generator().manual_seed(seed)
     d_in, d_out, ctx = 4, 3, 6
-    state = _attn_state(g, d_in, d_out)
+    state = qkv_state(g, d_in, d_out)
     x = torch.randn(1, ctx, d_in, generator=g).expand(2, ctx, d_in).clone()
     return _attn_draws(d_in, d_out, ctx, 0.4, state, x)
 
@@ -165,7 +157,7 @@ def _attn_train_hidden_calls(seed):
     d_in, d_out = (int(v) for v in torch.randint(2, 6, (2,), generator=g))
     ctx = int(torch.randint(4, 8, (), generator=g))
     p = round(0.2 + 0.2 * torch.rand((), generator=g).item(), 3)
-    state = _attn_state(g, d_in, d_out, bias=True)
+    state = qkv_state(g, d_in, d_out, bias=True)
     return _attn_draws(d_in, d_out, ctx, p, state, torch.randn(2, ctx, d_in, generator=g), bias=True)
 
 
@@ -196,7 +188,7 @@ def _attn_hidden_calls(seed):
     ctx = int(torch.randint(5, 12, (), generator=g))
     n = int(torch.randint(2, ctx + 1, (), generator=g))
     return [Call(init_args=(d_in, d_out, ctx, 0.3), init_kwargs={"qkv_bias": True}, init_seed=seed, strict_state=True,
-                 state_dict=_attn_state(g, d_in, d_out, bias=True), train=False, call_seed=seed,
+                 state_dict=qkv_state(g, d_in, d_out, bias=True), train=False, call_seed=seed,
                  args=(torch.randn(3, n, d_in, generator=g),), grads_of=(0,),
                  report=("param_shapes", "buffer_names"))]
 
@@ -392,6 +384,12 @@ class _CAAltEinsum64(nn.Module):
         scores = torch.where(self.mask[:num_tokens, :num_tokens], float("-inf"), scores)
         weights = self.drop(torch.softmax(scores, dim=-1))
         return torch.einsum("bqk,bkd->bqd", weights, v).to(x.dtype)
+
+
+alternatives.add("the course library's multihead.CausalAttention",
+                 "Chapter 5's layer as the library ships it (the heads of Chapter 6's wrapper): dropout "
+                 "defaults to 0.0, forward takes an optional return_weights",
+                 mh.CausalAttention)
 
 
 # Registration -----------------------------------------------------------------------------

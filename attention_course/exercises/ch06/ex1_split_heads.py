@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint
+from .._kit import Kept, gen, randint, shape_of
 from ._common import _head_dim, _mention_sizes
 
 mistakes = Kept(Mistake)
@@ -26,8 +26,7 @@ alternatives = Kept(Alternative)
 def split_heads(x, num_heads):
     """(batch, num_tokens, d_out) -> (batch, num_heads, num_tokens, d_out // num_heads)."""
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
-        raise ValueError(f"x must have shape (batch, num_tokens, d_out), got x of shape "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        raise ValueError(f"x must have shape (batch, num_tokens, d_out), got x of shape {shape_of(x)}")
     batch, num_tokens, d_out = x.shape
     head_dim = _head_dim(d_out, num_heads)
     return x.reshape(batch, num_tokens, num_heads, head_dim).transpose(1, 2)

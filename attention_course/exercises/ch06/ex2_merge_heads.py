@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint
+from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -25,7 +25,7 @@ def merge_heads(x):
     """(batch, num_heads, num_tokens, head_dim) -> (batch, num_tokens, num_heads * head_dim)."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x must have shape (batch, num_heads, num_tokens, head_dim), got x of shape "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+                         f"{shape_of(x)}")
     batch, num_heads, num_tokens, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, num_tokens, num_heads * head_dim)
 

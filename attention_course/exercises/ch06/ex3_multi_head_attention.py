@@ -33,9 +33,10 @@ from torch import nn
 import torch
 import torch.nn.functional as F
 
+from ... import multihead as mh
 from ...dropout_checks import draw_calls, dropout_compare, multihead_placement, placement_text
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint
+from .._kit import Kept, gen, qkv_state, randint
 from ._common import _head_dim, _mention_sizes
 
 mistakes = Kept(Mistake)
@@ -80,11 +81,7 @@ class MultiHeadAttention(nn.Module):
 
 
 def _mha_state(g, d_in, d_out, bias=False):
-    state = {}
-    for name in ("W_query", "W_key", "W_value"):
-        state[f"{name}.weight"] = torch.randn(d_out, d_in, generator=g) * 0.6
-        if bias:
-            state[f"{name}.bias"] = torch.randn(d_out, generator=g) * 0.3
+    state = qkv_state(g, d_in, d_out, bias)
     state["out_proj.weight"] = torch.randn(d_out, d_out, generator=g) * 0.5
     state["out_proj.bias"] = torch.randn(d_out, generator=g) * 0.2
     return state
@@ -445,6 +442,14 @@ class _MHAAltHeadLoop(nn.Module):
             scores = (q @ k.transpose(1, 2) / math.sqrt(hd)).masked_fill(self.mask[:n, :n], float("-inf"))
             heads.append(self.dropout(torch.softmax(scores, dim=-1)) @ v)
         return self.out_proj(torch.cat(heads, dim=-1).to(x.dtype))
+
+
+alternatives.add("the course library's multihead.MultiHeadAttention",
+                 "the layer Chapters 8-9 build on: private _split/_merge methods, defaults dropout=0.0 and "
+                 "num_heads=1, forward takes an optional return_weights", mh.MultiHeadAttention)
+alternatives.add("the course library's multihead.SDPAMultiHeadAttention",
+                 "the same parameters with F.scaled_dot_product_attention(is_causal=True) as its core: "
+                 "the mask buffer is kept but unused, dropout by dropout_p", mh.SDPAMultiHeadAttention)
 
 
 # Registration -----------------------------------------------------------------------------

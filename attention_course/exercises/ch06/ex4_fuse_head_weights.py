@@ -18,7 +18,7 @@ import torch
 
 from ...checking import compare_outcome, mentions
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint
+from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -30,8 +30,7 @@ alternatives = Kept(Alternative)
 def fuse_head_weights(query_weights, key_weights, value_weights):
     """Stack per-head (num_heads, head_dim, d_in) weights into a (3 * d_out, d_in) in_proj_weight."""
     tensors = {"query_weights": query_weights, "key_weights": key_weights, "value_weights": value_weights}
-    shapes = {name: tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-              for name, t in tensors.items()}
+    shapes = {name: shape_of(t) for name, t in tensors.items()}
     if any(not isinstance(t, torch.Tensor) or t.dim() != 3 for t in tensors.values()) \
             or len(set(shapes.values())) != 1:
         raise ValueError("query_weights, key_weights and value_weights must be 3-D tensors of the same shape "

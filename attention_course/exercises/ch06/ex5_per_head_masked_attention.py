@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint
+from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -35,11 +35,11 @@ def per_head_masked_attention(queries, keys, values, mask):
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"{name} must have shape (batch, num_heads, length, size), got {name} of shape "
-                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+                             f"{shape_of(t)}")
     num_heads, num_queries, num_keys = queries.shape[1], queries.shape[2], keys.shape[2]
     expected = (num_heads, num_queries, num_keys)
     if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != expected:
-        got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+        got = shape_of(mask)
         raise ValueError(f"mask must have shape (num_heads, num_queries, num_keys) = {expected}, "
                          f"got mask of shape {got}")
     scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])

@@ -26,9 +26,11 @@ from torch import nn
 import torch
 import torch.nn.functional as F
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint, same_parameters
-from ._common import _gru_by_hand, _gru_state, _step_inputs, _steps_mask
+from ...registry import Alternative, Check, Exercise, Mistake, register
+from ...translation import AttentionDecoder as _LibraryAttentionDecoder
+from .._kit import Kept, gen, same_parameters
+from ._common import (_gru_by_hand, _gru_state, _step_call, _step_param_shapes_calls,
+                      _step_random_call, _steps_mask)
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -65,12 +67,6 @@ class BahdanauDecoderStep(nn.Module):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
-def _bstep_params(seed):
-    g = gen(seed)
-    return [Call(init_args=(3, 5), init_seed=seed, args=_step_inputs(g, 2, 4, 3, 5, torch.tensor([4, 2])),
-                 report=("param_shapes",))]
-
-
 def _bstep_state(g, embed_size, num_hiddens):
     h = num_hiddens
     return {"W_q.weight": 0.5 * torch.randn(h, h, generator=g),
@@ -80,26 +76,15 @@ def _bstep_state(g, embed_size, num_hiddens):
 
 
 def _bstep_padded(seed):
-    g = gen(seed)
-    return [Call(init_args=(3, 5), init_seed=0, state_dict=_bstep_state(g, 3, 5),
-                 args=_step_inputs(g, 3, 6, 3, 5, torch.tensor([6, 2, 4])))]
+    return [_step_call(gen(seed), _bstep_state, 3, 6, 3, 5, torch.tensor([6, 2, 4]))]
 
 
 def _bstep_same_sizes(seed):
-    g = gen(seed)
-    return [Call(init_args=(4, 4), init_seed=0, state_dict=_bstep_state(g, 4, 4),
-                 args=_step_inputs(g, 2, 5, 4, 4, torch.tensor([3, 5])))]
+    return [_step_call(gen(seed), _bstep_state, 2, 5, 4, 4, torch.tensor([3, 5]))]
 
 
 def _bstep_random(seed):
-    g = gen(seed)
-    batch, num_steps, embed_size, num_hiddens = (randint(g, 2, 5), randint(g, 3, 8),
-                                                 randint(g, 2, 6), randint(g, 2, 7))
-    lens = torch.randint(1, num_steps + 1, (batch,), generator=g)
-    lens[0] = 1
-    return [Call(init_args=(embed_size, num_hiddens), init_seed=1,
-                 state_dict=_bstep_state(g, embed_size, num_hiddens),
-                 args=_step_inputs(g, batch, num_steps, embed_size, num_hiddens, lens), grads_of=(0, 1, 2))]
+    return [_step_random_call(gen(seed), _bstep_state, short=0, init_seed=1)]
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
@@ -280,13 +265,30 @@ class _BStepOwnBuffer(nn.Module):
         return hidden, context, weights
 
 
+@alternatives.keep("the course library's translation.AttentionDecoder",
+                   "an adapter of Chapter 7's decoder, whose step takes token ids and returns logits: "
+                   "embedding and out replaced by nn.Identity, so step takes the embedded token and "
+                   "returns [hidden; context] in place of the logits, split here")
+class _BStepLibraryDecoder(_LibraryAttentionDecoder):
+    """tr.AttentionDecoder.step, unchanged, with the embedding and the output layer left out."""
+
+    def __init__(self, embed_size, num_hiddens):
+        super().__init__(1, embed_size, num_hiddens)
+        self.embedding, self.out = nn.Identity(), nn.Identity()
+
+    def forward(self, prev_hidden, embedded, enc_outputs, valid_lens):
+        hidden_and_context, hidden, weights = self.step(prev_hidden, embedded, enc_outputs, valid_lens)
+        return hidden, hidden_and_context[:, hidden.shape[-1]:], weights
+
+
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
     label="ch07_ex1", title="The decoder step of Bahdanau et al.", name="BahdanauDecoderStep",
     reference=BahdanauDecoderStep, kind="class", points=2,
     checks=[
-        Check("parameters W_q, W_k, w_v (no biases) and cell with the right shapes", _bstep_params, seed=0,
+        Check("parameters W_q, W_k, w_v (no biases) and cell with the right shapes",
+              _step_param_shapes_calls, seed=0,
               compare=same_parameters,
               hint="compare your parameters' names and shapes with the list in the exercise: W_q and W_k "
                    "(num_hiddens -> num_hiddens), w_v (num_hiddens -> 1), no biases, and the GRU cell."),

@@ -27,9 +27,10 @@ from torch import nn
 import torch
 import torch.nn.functional as F
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint, same_parameters
-from ._common import _gru_by_hand, _gru_state, _step_inputs, _steps_mask
+from ...registry import Alternative, Check, Exercise, Mistake, register
+from .._kit import Kept, gen, same_parameters
+from ._common import (_gru_by_hand, _gru_state, _step_call, _step_param_shapes_calls,
+                      _step_random_call, _steps_mask)
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -70,12 +71,6 @@ class LuongDecoderStep(nn.Module):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
-def _lstep_params(seed):
-    g = gen(seed)
-    return [Call(init_args=(3, 5), init_seed=seed, args=_step_inputs(g, 2, 4, 3, 5, torch.tensor([4, 2])),
-                 report=("param_shapes",))]
-
-
 def _lstep_state(g, embed_size, num_hiddens):
     h = num_hiddens
     return {**_gru_state(g, "cell", embed_size, h, scale=0.6),
@@ -84,26 +79,15 @@ def _lstep_state(g, embed_size, num_hiddens):
 
 
 def _lstep_padded(seed):
-    g = gen(seed)
-    return [Call(init_args=(3, 5), init_seed=0, state_dict=_lstep_state(g, 3, 5),
-                 args=_step_inputs(g, 3, 6, 3, 5, torch.tensor([6, 2, 4])))]
+    return [_step_call(gen(seed), _lstep_state, 3, 6, 3, 5, torch.tensor([6, 2, 4]))]
 
 
 def _lstep_full(seed):
-    g = gen(seed)
-    return [Call(init_args=(2, 4), init_seed=0, state_dict=_lstep_state(g, 2, 4),
-                 args=_step_inputs(g, 2, 5, 2, 4, torch.tensor([5, 5])))]
+    return [_step_call(gen(seed), _lstep_state, 2, 5, 2, 4, torch.tensor([5, 5]))]
 
 
 def _lstep_random(seed):
-    g = gen(seed)
-    batch, num_steps, embed_size, num_hiddens = (randint(g, 2, 5), randint(g, 3, 8),
-                                                 randint(g, 2, 6), randint(g, 2, 7))
-    lens = torch.randint(1, num_steps + 1, (batch,), generator=g)
-    lens[-1] = 1
-    return [Call(init_args=(embed_size, num_hiddens), init_seed=2,
-                 state_dict=_lstep_state(g, embed_size, num_hiddens),
-                 args=_step_inputs(g, batch, num_steps, embed_size, num_hiddens, lens), grads_of=(0, 1, 2))]
+    return [_step_random_call(gen(seed), _lstep_state, short=-1, init_seed=2)]
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
@@ -224,7 +208,8 @@ register(Exercise(
     label="ch07_ex2", title="The other recipe: a decoder step of Luong et al.", name="LuongDecoderStep",
     reference=LuongDecoderStep, kind="class", points=2,
     checks=[
-        Check("parameters cell, W_a and W_c (no biases) with the right shapes", _lstep_params, seed=0,
+        Check("parameters cell, W_a and W_c (no biases) with the right shapes",
+              _step_param_shapes_calls, seed=0,
               compare=same_parameters,
               hint="compare your parameters' names and shapes with the list in the exercise: the GRU cell "
                    "reads only the embedding; W_a and W_c have no bias."),

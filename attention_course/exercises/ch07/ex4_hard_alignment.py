@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint
+from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -30,7 +30,7 @@ alternatives = Kept(Alternative)
 
 def _check_weights(weights):
     if not isinstance(weights, torch.Tensor) or weights.dim() != 2 or 0 in weights.shape:
-        shape = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        shape = shape_of(weights)
         raise ValueError(f"weights must be a non-empty 2-D tensor (num_outputs, num_inputs), got {shape}")
 
 

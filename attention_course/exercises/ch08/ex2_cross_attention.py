@@ -27,18 +27,13 @@ import torch.nn.functional as F
 from ... import transformer as tf
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
-from ._common import _lens
+from ._common import _Attention, _heads_of, _kpm, _lens
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
 
 
 # The reference ----------------------------------------------------------------------------
-
-
-def _heads_of(t, num_heads):
-    batch, length, d_model = t.shape
-    return t.view(batch, length, num_heads, d_model // num_heads).transpose(1, 2)
 
 
 def _check_kpm(key_padding_mask, batch, num_keys):
@@ -48,30 +43,21 @@ def _check_kpm(key_padding_mask, batch, num_keys):
                          f"{(batch, num_keys)}, got key_padding_mask of shape {shape_of(key_padding_mask)}")
 
 
-class CrossAttention(nn.Module):
-    """Multi-head cross-attention: queries from x, keys and values from memory."""
+class CrossAttention(_Attention):
+    """Multi-head cross-attention: queries from x, keys and values from memory. The attention
+    itself (parameters, heads, scaling, hiding, merge, out_proj) is the chapter's _Attention,
+    which exercise 3's decoder block uses too."""
 
     def __init__(self, d_model, num_heads):
-        super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-        self.num_heads, self.head_dim = num_heads, d_model // num_heads
-        self.W_query = nn.Linear(d_model, d_model, bias=False)
-        self.W_key = nn.Linear(d_model, d_model, bias=False)
-        self.W_value = nn.Linear(d_model, d_model, bias=False)
-        self.out_proj = nn.Linear(d_model, d_model)
+        super().__init__(d_model, num_heads)
+        self.head_dim = d_model // num_heads
 
     def forward(self, x, memory, key_padding_mask):
-        batch, num_queries, d_model = x.shape
+        batch, _, _ = x.shape
         _check_kpm(key_padding_mask, batch, memory.shape[1])
-        q = _heads_of(self.W_query(x), self.num_heads)
-        k = _heads_of(self.W_key(memory), self.num_heads)
-        v = _heads_of(self.W_value(memory), self.num_heads)
-        hidden = key_padding_mask[:, None, None, :]
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
-        weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1).masked_fill(hidden, 0.0)
-        context = (weights @ v).transpose(1, 2).reshape(batch, num_queries, d_model)
-        return self.out_proj(context), weights
+        return self.attend(x, memory, key_padding_mask[:, None, None, :])
 
 
 # Inputs of the public and hidden checks ---------------------------------------------------
@@ -82,10 +68,6 @@ def _cross_state(g, d_model, scale=0.7):
              for name in ("W_query", "W_key", "W_value", "out_proj")}
     state["out_proj.bias"] = torch.randn(d_model, generator=g) * 0.3
     return state
-
-
-def _kpm(lens, num_keys):
-    return torch.arange(num_keys)[None, :] >= lens[:, None]
 
 
 def _cross_main_calls(seed):

@@ -35,36 +35,13 @@ import torch.nn.functional as F
 from ... import transformer as tf
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
-from ._common import _lens
-from .ex2_cross_attention import _heads_of, _kpm
+from ._common import _Attention, _heads_of, _kpm, _lens
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
 
 
 # The reference ----------------------------------------------------------------------------
-
-
-class _Attention(nn.Module):
-    """Chapter 6's parameters; forward(queries_in, keys_in, hidden) with hidden broadcastable
-    to (batch, heads, num_queries, num_keys)."""
-
-    def __init__(self, d_model, num_heads):
-        super().__init__()
-        self.num_heads = num_heads
-        self.W_query = nn.Linear(d_model, d_model, bias=False)
-        self.W_key = nn.Linear(d_model, d_model, bias=False)
-        self.W_value = nn.Linear(d_model, d_model, bias=False)
-        self.out_proj = nn.Linear(d_model, d_model)
-
-    def forward(self, queries_in, keys_in, hidden):
-        batch, num_queries, d_model = queries_in.shape
-        q = _heads_of(self.W_query(queries_in), self.num_heads)
-        k = _heads_of(self.W_key(keys_in), self.num_heads)
-        v = _heads_of(self.W_value(keys_in), self.num_heads)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1).masked_fill(hidden, 0.0)
-        return self.out_proj((weights @ v).transpose(1, 2).reshape(batch, num_queries, d_model))
 
 
 class _FFN(nn.Module):
@@ -409,6 +386,12 @@ class _BlockAltSDPA64(DecoderBlock):
         ff = self.ffn
         hidden = torch.relu(ln(x, self.norm3) @ ff.linear1.weight.double().T + ff.linear1.bias.double())
         return (x + hidden @ ff.linear2.weight.double().T + ff.linear2.bias.double()).to(dtype)
+
+
+alternatives.add("the course library's transformer.DecoderBlock",
+                 "Chapter 8's block as the library ships it: pre-LN or post-LN by norm_first (pre-LN by "
+                 "default), residual dropout, optional context_length and return_weights",
+                 tf.DecoderBlock)
 
 
 # Registration -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import torch
 from ... import transformer as tf
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
-from ._common import _lens
+from ._common import _kpm, _lens
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -77,7 +77,7 @@ def _greedy_call(g, seed, config, batch, src_len, max_len, eos_bias, limit=True)
     src_vocab = config[0]
     src = torch.randint(3, src_vocab, (batch, src_len), generator=g)
     lens = _lens(g, batch, src_len)
-    src = src.masked_fill(torch.arange(src_len)[None, :] >= lens[:, None], 0)
+    src = src.masked_fill(_kpm(lens, src_len), 0)
     return Call(init_args=config, init_kwargs={"max_encodes": 1} if limit else {}, init_seed=seed,
                 state_dict=_model_state(g, config, eos_bias), train=False, method="greedy_decode",
                 args=(src, lens, max_len))

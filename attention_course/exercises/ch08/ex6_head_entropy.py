@@ -19,7 +19,7 @@ import torch
 
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
-from ._common import _lens
+from ._common import _kpm, _lens
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -45,7 +45,7 @@ def head_entropy(weights, tgt_lens):
 
 def _entropy_weights(g, batch, heads, num_queries, num_keys, src_lens, sharp=3.0):
     scores = sharp * torch.randn(batch, heads, num_queries, num_keys, generator=g)
-    hidden = (torch.arange(num_keys)[None, :] >= src_lens[:, None])[:, None, None, :]
+    hidden = _kpm(src_lens, num_keys)[:, None, None, :]
     w = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
     return w.masked_fill(hidden, 0.0)
 
