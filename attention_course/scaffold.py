@@ -643,6 +643,6 @@ def next_steps(plan: Plan, root: Path) -> list:
         "reference, the check inputs, the kept mistakes with their hints and the kept alternatives",
         f"  2. attention-course execute {notebook}",
         f"  3. attention-course release --chapter {plan.chapter}",
-        f"  4. pytest tests/test_exercises.py -k {plan.label}",
+        f"  4. pytest tests -k {plan.label}   (every test of the exercise: checks, layout, regressions)",
     ]
     return lines

@@ -424,7 +424,7 @@ def test_new_exercise_then_the_whole_authoring_loop(tmp_path):
     lap("new-exercise")
     rel = notebook.relative_to(copy).as_posix()
     for step in (f"wrote {module.relative_to(copy).as_posix()}", f"attention-course execute {rel}",
-                 "attention-course release --chapter 1", f"pytest tests/test_exercises.py -k {label}"):
+                 "attention-course release --chapter 1", f"pytest tests -k {label}"):
         assert step in done.stdout, done.stdout
     after = _files(copy)
     changed = sorted(name for name in set(before) | set(after) if before.get(name) != after.get(name))
@@ -458,8 +458,8 @@ def test_new_exercise_then_the_whole_authoring_loop(tmp_path):
     grades = tmp_path / "grades"
     jobs = {
         "release --check": _command("release", "--check"),
-        "pytest": [sys.executable, "-m", "pytest", "tests/test_exercises.py", "-k", label, "-p", "no:cacheprovider",
-                   "-v"],
+        "pytest": [sys.executable, "-m", "pytest", "tests/test_exercises.py", "tests/test_exercise_layout.py",
+                   "-k", label, "-p", "no:cacheprovider", "-v"],
         "grade": _command("grade", submissions, "--chapter", "1", "--out", grades, "--seed", "2024", "--jobs", "1"),
     }
     running = {name: subprocess.Popen(cmd, cwd=copy, env=_env(copy), stdout=subprocess.PIPE,
@@ -477,7 +477,11 @@ def test_new_exercise_then_the_whole_authoring_loop(tmp_path):
                        ("test_kept_mistake_is_caught_with_its_hint", f"{label}-exponentials without a shift"),
                        ("test_kept_alternative_passes_every_check", f"{label}-exp and divide, shifted"),
                        ("test_kept_alternative_passes_every_check", f"{label}-log_softmax in float64"),
-                       ("test_kept_alternative_passes_every_check", f"{label}-one query at a time")]:
+                       ("test_kept_alternative_passes_every_check", f"{label}-one query at a time"),
+                       # the layout: its own module, the notebook's contract as its docstring, parts in order
+                       ("test_each_exercise_has_its_own_module", label),
+                       ("test_module_docstring_states_the_notebook_contract", label),
+                       ("test_module_parts_come_in_the_fixed_order", label)]:
         assert (test, case) in passed, (test, case, out["pytest"])
     assert status["grade"] == 0, out["grade"]
     with open(grades / "grades.csv", newline="", encoding="utf-8") as f:
