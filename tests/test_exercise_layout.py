@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from attention_course.registry import all_exercises
+from attention_course.scaffold import snake_case
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES_DIR = ROOT / "attention_course" / "exercises"
@@ -30,7 +31,8 @@ HEADERS = ["# The reference", "# Inputs of the public and hidden checks",
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+    # the scaffold's naming, so that what new-exercise writes is where this test looks
+    return snake_case(name)
 
 
 def _module_path(exercise) -> Path:
@@ -68,8 +70,8 @@ def test_module_docstring_states_the_notebook_contract(exercise):
     path = _module_path(exercise)
     doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
     title, statement = _statement(exercise)
-    assert doc.startswith(f"{exercise.label}: {title}."), \
-        f"{path.name}'s docstring should start with '{exercise.label}: {title}.'"
+    first = f"{exercise.label}: {title.rstrip('.')}."
+    assert doc.startswith(first), f"{path.name}'s docstring should start with '{first}'"
     assert _words(statement) in _words(doc), (
         f"{path.name}'s docstring no longer states the contract of the solution notebook's "
         f"{exercise.label}; paste the statement (the directive's body) into it:\n{statement}")
