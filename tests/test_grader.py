@@ -530,7 +530,7 @@ def test_extra_checks_add_a_private_check_and_an_exercise(sandbox, tmp_path):
     subs = [Submission("solution", SOLUTION_1)]
     run = run_grading(subs, 1, seed=5, extra_checks=extra, sandbox=sandbox)
     r = run.results[0]
-    assert [e.label for e in r.exercises][-1] == "ch01_ex9" and r.total == r.max_total == 9
+    assert [e.label for e in r.exercises][-1] == "ch01_ex9" and r.total == r.max_total == CHAPTER1_POINTS + 1
     assert "forty keys (private)" in [c.check for c in ex(r, "ch01_ex1").checks]
     assert len(get_exercise("ch01_ex1").checks) == n_checks  # the registry itself is untouched
 
@@ -549,7 +549,7 @@ def test_cli_grade_class_and_single_notebook(tmp_path):
     done = subprocess.run(cli + ["grade", str(folder / "alice.ipynb"), "--chapter", "1", "--seed", "9", "--jobs", "1"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "8 / 8 points" in done.stdout and "seed 9" in done.stdout
+    assert f"{CHAPTER1_POINTS:g} / {CHAPTER1_POINTS:g} points" in done.stdout and "seed 9" in done.stdout
 
 
 def _no_formula(cell: str) -> bool:
@@ -576,7 +576,9 @@ def test_grades_csv_never_holds_a_formula(tmp_path):
     assert students == sorted(csv_safe(n) for n in names)
     assert "'=HYPERLINK(\"http:evil\",\"click\")" in students and "plain" in students and "'\tcmd" in students
     # Every text cell is quoted (a quote inside doubled); the points are bare numbers.
-    assert '\n"\'=HYPERLINK(""http:evil"",""click"")",0,0,0,0,0,8,"' in raw
+    # one 0 per exercise of chapter 1, the total 0, then the maximum
+    zeros = ",0" * (len(_all_exercises(1)) + 1)
+    assert f'\n"\'=HYPERLINK(""http:evil"",""click"")"{zeros},{CHAPTER1_POINTS:g},"' in raw
 
 
 def test_grades_csv_escapes_every_text_cell(tmp_path):

@@ -5,7 +5,8 @@ starts, in a scratch copy of the course:
   the chapter's ``__init__`` keeps its import style, the notebook gains exactly the five
   cells of AUTHORING.md at the end of ``## Exercises`` and nothing else changes;
 * the loop: the command, then a real exercise filled into the skeleton
-  (``weights_from_distances``), ``execute``, ``release --chapter 1``, ``release --check``,
+  (``demo_weights_from_distances``: a name no real exercise should take, since names are
+  unique across the course), ``execute``, ``release --chapter 1``, ``release --check``,
   the check-strength tests of the new label and a grade with full marks;
 * each refusal: exit status 2, one line naming what and where, nothing written;
 * ``release --chapter N`` refreshes the exercise index too (it lists every chapter).
@@ -89,7 +90,7 @@ def _src(cell) -> str:
 
 
 def test_names_and_chapters():
-    assert snake_case("weights_from_distances") == "weights_from_distances"
+    assert snake_case("demo_weights_from_distances") == "demo_weights_from_distances"
     assert snake_case("BilinearAttention") == "bilinear_attention"
     assert snake_case("MLPScore") == "mlp_score"
     assert parse_chapter("3") == parse_chapter("03") == parse_chapter(3) == 3
@@ -165,9 +166,9 @@ def test_the_notebook_gains_the_five_cells_and_nothing_else(tmp_path):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, copy / name)
     label = _next_label(1)
-    plan = plan_new_exercise(copy, "01", "Weights from distances", "weights_from_distances",
+    plan = plan_new_exercise(copy, "01", "Weights from distances", "demo_weights_from_distances",
                              exercises=all_exercises())
-    assert plan.label == label and plan.module_path.name == f"ex{label[7:]}_weights_from_distances.py"
+    assert plan.label == label and plan.module_path.name == f"ex{label[7:]}_demo_weights_from_distances.py"
     assert not plan.notebook_reformatted
     # As text: only insertions, at one place (what `git diff --stat` shows as +N -0).
     ops = difflib.SequenceMatcher(None, plan.notebook_before.splitlines(True),
@@ -185,14 +186,14 @@ def test_the_notebook_gains_the_five_cells_and_nothing_else(tmp_path):
     assert statement.source.startswith(f"```{{exercise}} Weights from distances\n:label: {label}\n\nTODO")
     assert statement.source.endswith("\n```")
     assert start.source == f"```{{solution-start}} {label}\n:class: dropdown\n```"
-    assert code.cell_type == "code" and code.source.startswith("def weights_from_distances(x):\n    \"\"\"")
+    assert code.cell_type == "code" and code.source.startswith("def demo_weights_from_distances(x):\n    \"\"\"")
     assert "    # BEGIN SOLUTION\n" in code.source and code.source.endswith("    # END SOLUTION")
     assert end.source == "```{solution-end}\n```"
-    assert check.cell_type == "code" and check.source == f'check("{label}", weights_from_distances)'
+    assert check.cell_type == "code" and check.source == f'check("{label}", demo_weights_from_distances)'
     # The release generator takes the new exercise as it is.
     student, regions = release_notebook(after, plan.notebook_path, registered=None, portable=False)
     assert [r.label for r in regions][-1] == label
-    assert any(f'raise NotImplementedError("{label}: implement weights_from_distances")' in _src(c)
+    assert any(f'raise NotImplementedError("{label}: implement demo_weights_from_distances")' in _src(c)
                for c in student.cells)
     assert not plan.module_path.exists()  # nothing is written before Plan.write()
 
@@ -238,7 +239,7 @@ def test_release_of_one_chapter_refreshes_the_exercise_index(tmp_path):
 # ------------------------------------------------------------ the whole loop
 
 CONTRACT = """\
-The nearer a key, the more weight it should get. Write `weights_from_distances(distances)`.
+The nearer a key, the more weight it should get. Write `demo_weights_from_distances(distances)`.
 
 - `distances`: a float tensor of shape `(..., num_keys)` (any number of leading
   dimensions), the distance of each query to each key.
@@ -279,7 +280,7 @@ def _validate(distances):
         raise ValueError(f"distances has shape {{shape_of(distances)}}: it needs at least one key")
 
 
-def weights_from_distances(distances):
+def demo_weights_from_distances(distances):
     """Reference: the softmax of the negated distances along the keys axis."""
     _validate(distances)
     return torch.softmax(-distances, dim=-1)
@@ -367,7 +368,7 @@ def _rows(distances):
 
 register(Exercise(
     label="{label}", title="Weights from distances",
-    name="weights_from_distances", reference=weights_from_distances, points=2, kind="function",
+    name="demo_weights_from_distances", reference=demo_weights_from_distances, points=2, kind="function",
     checks=[
         Check("3 queries by 5 keys", _small_calls, seed=0,
               hint="each row is the softmax of that query's negated distances: compare a row of yours "
@@ -410,7 +411,7 @@ def test_new_exercise_then_the_whole_authoring_loop(tmp_path):
     began = time.perf_counter()
     copy = _course_copy(tmp_path / "course")
     label = _next_label(1)
-    module = copy / "attention_course" / "exercises" / "ch01" / f"ex{label[7:]}_weights_from_distances.py"
+    module = copy / "attention_course" / "exercises" / "ch01" / f"ex{label[7:]}_demo_weights_from_distances.py"
     notebook = _notebook(copy, 1)
     before = _files(copy)
 
@@ -419,7 +420,7 @@ def test_new_exercise_then_the_whole_authoring_loop(tmp_path):
     def lap(name):
         steps[name] = time.perf_counter() - began - sum(steps.values())
 
-    done = _run(copy, "new-exercise", "1", "Weights from distances", "weights_from_distances")
+    done = _run(copy, "new-exercise", "1", "Weights from distances", "demo_weights_from_distances")
     assert done.returncode == 0, done.stderr
     lap("new-exercise")
     rel = notebook.relative_to(copy).as_posix()
@@ -447,7 +448,7 @@ def test_new_exercise_then_the_whole_authoring_loop(tmp_path):
     assert done.returncode == 0, done.stderr
     lap("release --chapter 1")
     assert f"wrote {EXERCISE_INDEX}" in done.stdout and "chapters/01_" in done.stdout, done.stdout
-    assert f"{{ref}}`{label} <{label}>` | Weights from distances | `weights_from_distances` | 2 |" in \
+    assert f"{{ref}}`{label} <{label}>` | Weights from distances | `demo_weights_from_distances` | 2 |" in \
         (copy / EXERCISE_INDEX).read_text(encoding="utf-8")
 
     # Three independent checks at once: the release is fresh, the check-strength tests
@@ -504,7 +505,7 @@ def refusing_copy(tmp_path_factory):
     shutil.copytree(ROOT / "solutions", copy / "solutions")
     shutil.copytree(ROOT / "attention_course" / "exercises", copy / "attention_course" / "exercises",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    draft = copy / "attention_course" / "exercises" / "ch01" / f"ex{_next_label(1)[7:]}_weights_from_distances.py"
+    draft = copy / "attention_course" / "exercises" / "ch01" / f"ex{_next_label(1)[7:]}_demo_weights_from_distances.py"
     draft.write_text("# an author's draft\n", encoding="utf-8")
     chapter2 = _notebook(copy, 2)
     nb = nbformat.read(chapter2, as_version=4)
@@ -516,7 +517,7 @@ def refusing_copy(tmp_path_factory):
 
 def _refusal_cases():
     other = all_exercises(3)[0]
-    draft = f"ex{_next_label(1)[7:]}_weights_from_distances.py"
+    draft = f"ex{_next_label(1)[7:]}_demo_weights_from_distances.py"
     return {
         "unknown chapter": (["12", "T", "fresh_name"], ["unknown chapter 12", "solutions/12_*.ipynb"]),
         "not a chapter number": (["three", "T", "fresh_name"], ["unknown chapter 'three'"]),
@@ -524,7 +525,7 @@ def _refusal_cases():
         "a keyword": (["1", "T", "lambda"], ["'lambda' is not a Python identifier"]),
         "name taken in the chapter": (["1", "T", "attention_pool"], ["already defined by exercise ch01_ex1"]),
         "name taken in another chapter": (["1", "T", other.name], [f"already defined by exercise {other.label}"]),
-        "module file exists": (["1", "Weights from distances", "weights_from_distances"],
+        "module file exists": (["1", "Weights from distances", "demo_weights_from_distances"],
                                [f"ch01/{draft} exists", "never overwritten"]),
         "no Exercises heading": (["2", "T", "fresh_name"], ["solutions/02_", "no '## Exercises' heading"]),
     }
