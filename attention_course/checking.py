@@ -21,6 +21,9 @@ import torch
 from .calls import run_call
 from .registry import Check, Exercise, get_exercise
 
+# In every message of attention_course.answers.no_credit_message (a grading child's too).
+NO_CREDIT_MARK = ": no credit for calling it; write your own "
+
 PASS, FAIL = "\u2713", "\u2717"  # ✓ ✗
 STUB_HINT = "fill in the exercise cell (replace the `raise NotImplementedError`), run it, then run this check again."
 
@@ -252,6 +255,10 @@ def judge(exercise: Exercise, check: Check, calls: list, got: list,
         return CheckResult(exercise.label, check.name, True)
     if any(g["status"] == "raised" and g["error_type"] == "NotImplementedError" for g in got):
         return CheckResult(exercise.label, check.name, False, reason, STUB_HINT)
+    refused = next((g["message"] for g in got if g.get("status") == "raised"
+                    and NO_CREDIT_MARK in str(g.get("message", ""))), None)
+    if refused:  # the course's own answer was called: no hint of a mistake applies
+        return CheckResult(exercise.label, check.name, False, refused, "")
     for mistake in exercise.mistakes:
         theirs = outcomes_for(mistake.impl, calls, exercise.kind)
         if compare_all(theirs, want, check, calls) is None:
@@ -331,15 +338,19 @@ def _time_limit(seconds: Optional[float]):
 
 
 def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] = None,
-               time_limit: Optional[float] = None) -> list:
+               time_limit: Optional[float] = None, refuse_answers: bool = False) -> list:
     """Run an exercise's checks on ``obj``; never raises for a student's mistake.
 
     Public mode runs the public checks at their fixed seeds. Hidden mode (grading)
     runs every check on inputs drawn from ``seed`` and awards partial credit, each
     check carrying its weight's share of the exercise's points. With ``time_limit``
     (seconds per check), a check whose calls take longer fails with a clear reason
-    and the remaining checks are not run.
+    and the remaining checks are not run. With ``refuse_answers`` (what ``check()``
+    does), the course's own answers to this exercise raise while ``obj`` runs, as in
+    the grading child (:mod:`attention_course.answers`); kept alternatives that adapt
+    the library are checked without it.
     """
+    from .answers import answers_refused
     exercise = get_exercise(label)
     checks = exercise.checks if hidden else exercise.public_checks
     results = []
@@ -353,7 +364,8 @@ def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] =
         check_seed = hidden_seed(seed or 0, index) if hidden else check.seed
         calls = check.make_calls(check_seed)
         try:
-            with _time_limit(time_limit):
+            with _time_limit(time_limit), \
+                    (answers_refused(exercise) if refuse_answers else contextlib.nullcontext()):
                 got = outcomes_for(obj, calls, exercise.kind)
         except CheckTimeout:
             timed_out = True
@@ -390,8 +402,15 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None) -> No
               f"pass the {exercise.name} defined in your exercise cell. (Graded work that calls the "
               f"package's answer to this exercise earns no credit.)")
         return
+    from .answers import refusal_for
+    refused = refusal_for(exercise, obj)
+    if refused:
+        # The grader refuses this class where the cell defines it: say so in its words.
+        print(f"{label} \u00b7 {exercise.name}: 0/{len(exercise.public_checks)} public checks passed")
+        print(f"  {FAIL} {refused}")
+        return
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
-    results = run_checks(label, obj, time_limit=limit)
+    results = run_checks(label, obj, time_limit=limit, refuse_answers=True)
     passed = sum(r.passed for r in results)
     print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} public checks passed")
     for r in results:

@@ -17,6 +17,14 @@ def _pool(weights, values):
     return weights @ values
 
 
+def _students_pool(weights, values):
+    """A student's own correct answer: check() refuses the registered reference itself, as the
+    grader does (the reference cannot be imported in a grading child)."""
+    if weights.shape[-1] != values.shape[-2]:
+        raise ValueError(f"the weights' shape {list(weights.shape)} does not fit the values' {list(values.shape)}")
+    return torch.einsum("...qk,...kd->...qd", weights, values)
+
+
 def _calls(seed):
     g = torch.Generator().manual_seed(seed)
     weights = torch.softmax(torch.randn(3, 5, generator=g), dim=-1)
@@ -43,14 +51,14 @@ def demo():
 
 
 def test_reference_prints_one_tick_per_public_check(demo, capsys):
-    assert check("ch99_ex1", _pool) is None
+    assert check("ch99_ex1", _students_pool) is None
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "ch99_ex1 \u00b7 pool: 2/2 public checks passed"
     assert lines[1:] == ["  \u2713 pools 5 values", "  \u2713 mismatch raises"]
 
 
 def test_kept_mistake_gets_its_hint(demo, capsys):
-    check("ch99_ex1", lambda w, v: _pool(torch.full_like(w, 1 / w.shape[-1]), v))
+    check("ch99_ex1", lambda w, v: _students_pool(torch.full_like(w, 1 / w.shape[-1]), v))
     out = capsys.readouterr().out
     assert "\u2717 pools 5 values: the result has the right shape but wrong values" in out
     assert "Hint: " + MEAN_HINT in out
@@ -227,7 +235,7 @@ def test_an_endless_answer_fails_after_the_time_limit_and_the_checks_go_on(demo,
     out = capsys.readouterr().out
     assert time.monotonic() - start < 5
     assert "took longer than 0.5 s \u2014 an infinite loop?" in out and "0/2 public checks passed" in out
-    check("ch99_ex1", _pool)  # the process is still usable
+    check("ch99_ex1", _students_pool)  # the process is still usable
     assert "2/2 public checks passed" in capsys.readouterr().out
 
 

@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..answers import blocked_answers
 from ..checking import STUB_HINT, CheckResult, check_points, hidden_seed, judge, outcomes_for
 from ..notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, setup_code
 from ..registry import all_exercises
@@ -82,23 +83,9 @@ def standard_setup(chapter: int, root: Optional[Path] = None) -> str:
 
 
 def _blocked_names(exercise) -> list:
-    """(module, attribute, label): the runtime's own answer to ``exercise``, to refuse in the child."""
-    import importlib
-    out = []
-    ref = exercise.reference
-    for name in RUNTIME_MODULES:
-        module_name = f"attention_course.{name}"
-        try:
-            module = importlib.import_module(module_name)
-        except Exception:  # noqa: BLE001 - a chapter module not written yet
-            continue
-        for attr in {exercise.name, getattr(ref, "__name__", None)}:
-            if not attr or not hasattr(module, attr):
-                continue
-            same = getattr(module, attr) is ref
-            if attr == exercise.name or same:
-                out.append((module_name, attr, exercise.label))
-    return sorted(set(out))
+    """(module, attribute, label, message): the runtime's own answers to ``exercise``, to refuse
+    in the child (see :mod:`attention_course.answers`)."""
+    return [list(entry) for entry in blocked_answers(exercise)]
 
 
 def build_plan(chapter: int, seed: int, extra_checks: Optional[Path] = None,
@@ -477,7 +464,7 @@ def _log_header(plan: GradingPlan, sandbox, time_limit, memory_mb, jobs) -> list
                  if abi else "sandbox: WARNING Landlock unavailable; children are not confined to their scratch folder")
     for w in sandbox.warnings:
         lines.append(f"warning: {w}")
-    blocked = [f"{m}.{a} ({l})" for p in plan.exercises for m, a, l in p.blocked]
+    blocked = [f"{m}.{a} ({l})" for p in plan.exercises for m, a, l, *_ in p.blocked]
     if blocked:
         lines.append(f"the course's own answers refused in the children: {', '.join(blocked)}")
     return lines

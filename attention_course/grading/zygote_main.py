@@ -289,12 +289,15 @@ def _block_reference(blocked: list) -> None:
     ``.py`` files are not among the paths a child may read.)
     """
     reimport = {}
-    for module_name, attr, label in blocked:
+    for entry in blocked:
+        module_name, attr, label = entry[:3]
         module = sys.modules.get(module_name)
         if module is None or not hasattr(module, attr):
             continue
-        message = (f"{module_name}.{attr} is the course's answer to {label}: no credit for calling it; "
-                   f"write your own {attr}")
+        # The parent's words (attention_course.answers.no_credit_message), which check() uses too.
+        message = entry[3] if len(entry) > 3 else (
+            f"{module_name}.{attr} is the course's answer to {label}: no credit for calling it; "
+            f"write your own {attr}")
         reimport.setdefault(module_name, f"{module_name} holds the course's answer to {label} "
                                          f"({attr}): reloading or re-importing it earns no credit; "
                                          f"write your own {attr}")
