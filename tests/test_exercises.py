@@ -126,3 +126,18 @@ def test_error_message_checks_carry_at_most_a_fifth_of_each_chapter():
         chapters[ex.chapter][1] += sum(check_points(ex, c) for c in ex.checks if _is_error_check(ex, c))
     heavy = {ch: f"{err / total:.0%}" for ch, (total, err) in chapters.items() if err > 0.2 * total + 1e-9}
     assert not heavy, f"error-message checks carry more than 1/5 of the points: {heavy}"
+
+
+def test_error_message_checks_are_at_most_a_fifth_of_each_chapters_public_checks():
+    """The design's other half of the rule: by count too, so that checking wording does not
+    crowd out checking the concept. A check counts as an error check when the reference raises
+    on one of its calls."""
+    chapters = {}
+    for ex in EXERCISES:
+        counts = chapters.setdefault(ex.chapter, [0, 0])
+        for c in ex.public_checks:
+            counts[0] += 1
+            counts[1] += _is_error_check(ex, c)
+    heavy = {ch: f"{err} of {total} public checks" for ch, (total, err) in sorted(chapters.items())
+             if err > 0.2 * total}
+    assert not heavy, f"error-message checks are more than 1/5 of the public checks: {heavy}"

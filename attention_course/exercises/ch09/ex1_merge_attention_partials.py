@@ -287,7 +287,7 @@ register(Exercise(
                    "before computing; name the arguments and give their shapes."),
         Check("random sizes, leading axes and float64 (hidden)", _merge_hidden_calls, public=False,
               atol=1e-4, hint=_MERGE_HINT),
-        Check("large scores with empty parts (hidden)", _merge_hidden_extreme_calls, public=False,
+        Check("large scores with empty parts", _merge_hidden_extreme_calls,
               atol=1e-4, hint=_MERGE_HINT),
     ],
     mistakes=list(mistakes),

@@ -325,7 +325,7 @@ register(Exercise(
                    "name blocks and give the shape that does not fit."),
         Check("random widths, leading shapes and float64 (hidden)", _stats_hidden_calls, public=False,
               hint=_STATS_HINT),
-        Check("large jumps with random masks (hidden)", _stats_hidden_masked_calls, public=False,
+        Check("large jumps with random masks", _stats_hidden_masked_calls,
               hint=_STATS_HINT),
     ],
     mistakes=list(mistakes),

@@ -94,6 +94,11 @@ def _tiled_offset_calls(seed):
     return _tiled_calls(gen(seed), [(2, 3, 8, 4, 3, 3), (1, 1, 6, 4, 2, 4), (1, 4, 9, 3, 2, 2)], scale=2.0)
 
 
+def _tiled_extreme_block_calls(seed):
+    g = gen(seed)
+    return _tiled_calls(g, [(2, 4, 6, 3, 2, 1), (1, 5, 5, 4, 3, 1), (1, 3, 7, 2, 2, 7 + randint(g, 1, 5))], scale=2.0)
+
+
 def _tiled_bad_calls(seed):
     g = gen(seed)
     q, k, v = torch.randn(1, 6, 4, generator=g), torch.randn(1, 4, 4, generator=g), torch.randn(1, 4, 2, generator=g)
@@ -342,7 +347,9 @@ register(Exercise(
               hint="check block_size >= 1 and num_queries <= num_keys first; name block_size, or queries "
                    "and keys with their numbers of tokens."),
         Check("random sizes and block sizes (hidden)", _tiled_hidden_calls, public=False, hint=_TILED_HINT),
-        Check("sharp scores and float64 (hidden)", _tiled_hidden_sharp_calls, public=False, hint=_TILED_HINT),
+        Check("sharp scores and float64", _tiled_hidden_sharp_calls, hint=_TILED_HINT),
+        Check("block_size 1 (every key its own tile) and a block wider than all the keys", _tiled_extreme_block_calls,
+              hint=_TILED_HINT),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),

@@ -335,7 +335,7 @@ register(Exercise(
               hint="compare k_cache.shape with v_cache.shape first; name both and give their shapes."),
         Check("random sizes, empty and full caches, float64 (hidden)", _step_hidden_calls, public=False,
               hint=_STEP_HINT),
-        Check("long caches and longer chunks (hidden)", _step_hidden_long_calls, public=False, hint=_STEP_HINT),
+        Check("long caches and longer chunks", _step_hidden_long_calls, hint=_STEP_HINT),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),
