@@ -122,3 +122,21 @@ def test_both_editions_offer_the_portable_student_notebooks_for_download_and_lau
         assert 'class="exercise' in (html_dir / "chapters" / solution_paths(ROOT)[0].name).with_suffix(".html") \
             .read_text(encoding="utf-8")
 
+
+
+DOUBLED_WORD = re.compile(r"\bexercises?\s+exercise\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("edition", ["full", "student"])
+def test_a_reference_to_an_exercise_never_shows_the_word_twice(edition, full_site, student_site):
+    """A reference to an exercise renders as "Exercise 2.5": prose that writes "Exercise" or
+    "exercise" before it shows "Exercise Exercise 2.5" (chapters 2, 3 and 4 once did)."""
+    status, log, html_dir = full_site if edition == "full" else student_site
+    assert status == 0, log[-3000:]
+    doubled = []
+    for page in sorted(html_dir.rglob("*.html")):
+        parser = _Text()
+        parser.feed(page.read_text(encoding="utf-8"))
+        for match in DOUBLED_WORD.finditer(_normalise("".join(parser.parts))):
+            doubled.append(f"{page.relative_to(html_dir)}: ...{match.group(0)}...")
+    assert not doubled, doubled

@@ -172,3 +172,12 @@ def test_install_cell_installs_only_when_the_package_is_missing(tmp_path):
     with contextlib.redirect_stdout(out):
         exec(compile(install.source, "install", "exec"), {})
     assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("path", STUDENT, ids=[p.stem for p in STUDENT])
+def test_a_reference_to_an_exercise_never_shows_the_word_twice(path):
+    """A reference to an exercise reads "Exercise 5 (ch02_ex5)" here and "Exercise 2.5" on the
+    site, so the prose before it must not say "exercise" itself ("Exercise Exercise 5" once)."""
+    doubled = [m.group(0) for cell in _markdown_cells(path)
+               for m in re.finditer(r"\bexercises?\s+exercise\b", cell, re.IGNORECASE)]
+    assert not doubled, doubled
