@@ -101,6 +101,23 @@ def test_check_and_grader_refuse_the_course_answer_alike(chapter, sandbox, tmp_p
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[f"ch{c:02d}" for c in CHAPTERS])
+def test_check_leaves_the_course_answers_working(chapter):
+    """check() disables the course's answers only while the student's object runs: the solution's
+    answers pass twice in a row (a class whose construction was not restored fails the second)."""
+    from attention_course.notebook import load_objects
+    path = _solution(chapter)
+    for exercise in all_exercises(chapter):
+        obj = load_objects(path, exercise.label, exercise.name)
+        runs = []
+        for _ in range(2):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                check(exercise.label, obj)
+            runs.append(out.getvalue())
+        assert "\u2717" not in runs[0] and runs[0] == runs[1], runs
+
+
 # An answer may use the package's piece of an earlier exercise, as the later contract says.
 EARLIER_PIECES = [
     ("ch03_ex2", "import math\n"

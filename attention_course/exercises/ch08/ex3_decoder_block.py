@@ -125,6 +125,13 @@ def _block_not_causal_calls(seed):
     return [_block_call(g, seed, 2, 5, 4, 6, 2, 10, torch.tensor([5, 3]), torch.tensor([4, 2]), causal=False)]
 
 
+def _block_all_hidden_calls(seed):
+    g = gen(seed)
+    return [_block_call(g, seed, 2, 5, 4, 6, 2, 10, torch.tensor([5, 0]), torch.tensor([0, 3]), causal=False,
+                        grads_of=(0, 1)),
+            _block_call(g, seed, 2, 3, 4, 4, 2, 8, torch.tensor([3, 2]), torch.tensor([4, 0]))]
+
+
 def _block_hidden_calls(seed):
     g = gen(seed)
     heads, head_dim = randint(g, 1, 3), randint(g, 2, 3)
@@ -141,6 +148,12 @@ def _block_hidden_calls(seed):
 _BLOCK_HINT = ("the output (batch, tgt_len, d_model) is compared. Pre-LN: each of the three sublayers "
                "(self-attention hiding what self_mask marks True, cross-attention over memory with "
                "key_padding_mask, feed-forward) reads norm_k(x) and adds its output to x itself.")
+
+
+_BLOCK_ALL_HIDDEN_HINT = ("here one source is all padding and one target's self_mask hides every key: a query "
+                          "with no visible key gives weight 0 to every key, so that attention sublayer adds "
+                          "out_proj of a zero vector (its bias) and nothing is NaN; the rest is compared as in "
+                          "the checks above.")
 
 
 _BLOCK_NOT_CAUSAL_HINT = ("here self_mask is not causal: it hides the padded keys only, so a query may attend to "
@@ -236,6 +249,29 @@ mistakes.add("cross-attention before self-attention",
              _block_variant(cross_first=True))
 
 
+class _AttentionFilledNotZeroed(_Attention):
+    """Hidden scores filled with -1e9 and the weights left as the softmax gives them."""
+
+    def attend(self, queries_in, keys_in, hidden):
+        batch, num_queries, d_model = queries_in.shape
+        q = _heads_of(self.W_query(queries_in), self.num_heads)
+        k = _heads_of(self.W_key(keys_in), self.num_heads)
+        v = _heads_of(self.W_value(keys_in), self.num_heads)
+        weights = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(hidden, -1e9), dim=-1)
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(batch, num_queries, d_model)), weights
+
+
+@mistakes.keep("hidden scores filled with -1e9",
+               "a query whose keys are all hidden got weights that sum to 1 (a softmax of equal -1e9 "
+               "scores is uniform over the hidden keys); the contract gives hidden keys weight exactly 0, "
+               "so such a row's weights are all 0.")
+class _BlockFilledNotZeroed(DecoderBlock):
+    def __init__(self, d_model, num_heads, d_ff):
+        super().__init__(d_model, num_heads, d_ff)
+        self.self_attn = _AttentionFilledNotZeroed(d_model, num_heads)
+        self.cross_attn = _AttentionFilledNotZeroed(d_model, num_heads)
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
@@ -308,6 +344,8 @@ def _annotated_attention(query, key, value, mask=None):
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
     p_attn = scores.softmax(dim=-1)
+    if mask is not None:  # the one change the contract asks for: a row with no key to see weighs 0
+        p_attn = p_attn.masked_fill(mask == 0, 0.0)
     return torch.matmul(p_attn, value), p_attn
 
 
@@ -333,7 +371,7 @@ class _AnnotatedHeads(nn.Module):
 
 @alternatives.keep("Annotated Transformer layout",
                    "the Annotated Transformer's conventions: attention(query, "
-"key, value, mask) with 1 = may attend and -1e9, a sublayer connection with lambdas")
+"key, value, mask) with 1 = may attend and -1e9 (hidden weights then set to 0), a sublayer connection with lambdas")
 class _BlockAltAnnotated(nn.Module):
     """The Annotated Transformer's decoder layer: a sublayer connection x + sublayer(norm(x)) applied
     three times with lambdas; masks in its convention (1 = may attend), hence the inversions."""
@@ -407,6 +445,8 @@ register(Exercise(
               hint=_BLOCK_HINT),
         Check("a self_mask that is not causal (padding only): the block uses self_mask as given",
               _block_not_causal_calls, hint=_BLOCK_NOT_CAUSAL_HINT),
+        Check("a source that is all padding, and a target whose self_mask hides every key",
+              _block_all_hidden_calls, hint=_BLOCK_ALL_HIDDEN_HINT),
         Check("random sizes and lengths, with gradients; a causal and a padding-only self_mask (hidden)",
               _block_hidden_calls, public=False, hint=_BLOCK_HINT),
     ],
