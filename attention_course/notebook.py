@@ -19,7 +19,11 @@ import re
 from pathlib import Path
 from typing import Optional
 
-_EXERCISE_LABEL_RE = re.compile(r"^(?:```+|:::+)\{exercise\}.*?^\s*:label:\s*(\S+)", re.M | re.S)
+# An ``{exercise}`` directive's opening line, and a ``:label:`` line after it. They are matched
+# line by line (see exercise_labels): one pattern spanning both, lazily, took time quadratic in a
+# cell of many opening lines, which a submission controls.
+_EXERCISE_OPEN_RE = re.compile(r"(?:```+|:::+)\{exercise\}")
+_EXERCISE_LABEL_LINE_RE = re.compile(r"[ \t]*:label:[ \t]*(\S+)")
 # The portable form written by the release generator (attention_course.release).
 _EXERCISE_HEADING_RE = re.compile(r"^#{1,6}[ \t]+Exercise[ \t]+\d+[ \t]+\((ch\d\d_ex\d+)\)", re.M)
 _CHECK_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
@@ -30,8 +34,26 @@ class NotebookError(ValueError):
 
 
 def _src(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
+    """A cell's source as text; anything that is not text (a submission's number in a source
+    list, a cell that is not a dict) counts as nothing."""
+    src = cell.get("source", "") if isinstance(cell, dict) else ""
+    if isinstance(src, list):
+        return "".join(part for part in src if isinstance(part, str))
+    return src if isinstance(src, str) else ""
+
+
+def _tags(cell: dict) -> list:
+    metadata = cell.get("metadata") if isinstance(cell, dict) else None
+    tags = metadata.get("tags") if isinstance(metadata, dict) else None
+    return [tag for tag in tags if isinstance(tag, str)] if isinstance(tags, list) else []
+
+
+def _clean_cell(cell: dict) -> dict:
+    """Only what the course reads, in the types it expects: a submission's cell may hold
+    anything (a string as metadata, numbers in the source, no cell type)."""
+    cell_type = cell.get("cell_type")
+    return {"cell_type": cell_type if isinstance(cell_type, str) else "", "source": _src(cell),
+            "metadata": {"tags": _tags(cell)}}
 
 
 def load_cells(path: Path) -> list:
@@ -39,24 +61,34 @@ def load_cells(path: Path) -> list:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise NotebookError(f"{path.name}: not a readable notebook ({type(error).__name__}: {error})") from error
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, MemoryError) as error:
+        # RecursionError: JSON nested deeper than the parser's limit (a hostile submission).
+        raise NotebookError(f"{path.name}: not a readable notebook ({type(error).__name__}: "
+                            f"{str(error)[:200]})") from error
     if not isinstance(data, dict) or data.get("nbformat") != 4 or not isinstance(data.get("cells"), list):
         raise NotebookError(f"{path.name}: not an nbformat-4 notebook (found nbformat={data.get('nbformat') if isinstance(data, dict) else None!r})")
-    cells = [c for c in data["cells"] if isinstance(c, dict)]
-    return cells
+    return [_clean_cell(c) for c in data["cells"] if isinstance(c, dict)]
 
 
 def exercise_labels(source: str) -> list:
     """The labels of the exercises a markdown cell opens, in order (either form)."""
-    found = [(m.start(), m.group(1)) for m in _EXERCISE_LABEL_RE.finditer(source)]
+    found, opened, position = [], None, 0
+    for line in source.splitlines(keepends=True):  # one pass: linear in the cell's length
+        if opened is None:
+            if _EXERCISE_OPEN_RE.match(line):
+                opened = position
+        else:
+            label = _EXERCISE_LABEL_LINE_RE.match(line)
+            if label:
+                found.append((opened, label.group(1)))
+                opened = None
+        position += len(line)
     found += [(m.start(), m.group(1)) for m in _EXERCISE_HEADING_RE.finditer(source)]
     return [label for _, label in sorted(found)]
 
 
 def setup_code(cells: list) -> str:
-    parts = [_src(c) for c in cells
-             if c.get("cell_type") == "code" and "setup" in c.get("metadata", {}).get("tags", [])]
+    parts = [_src(c) for c in cells if c.get("cell_type") == "code" and "setup" in _tags(c)]
     return "\n\n".join(parts)
 
 

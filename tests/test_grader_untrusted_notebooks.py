@@ -1,0 +1,102 @@
+"""Issue 21's notebooks that once took a whole class down, or got the wrong cell graded.
+
+Each row was measured against the grader before its fix: a notebook nested 100,000 levels deep,
+a cell whose metadata is a string or whose source list holds a number, and an expression too deep
+for ``ast.parse`` crashed ``grade`` for everyone (no grades.csv); a Markdown cell of many directive
+openings took time quadratic in its length; an exercise cell that defined its answer inside an
+``if`` had an old scratch cell graded instead. Now each is one submission's business.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attention_course.grading.grader import Submission, run_grading
+from attention_course.grading.sandbox import Sandbox
+from attention_course.notebook import exercise_labels, load_cells, NotebookError, with_exercise_code
+from attention_course.registry import all_exercises
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION_1 = next((ROOT / "solutions").glob("01_*.ipynb"))
+CHAPTER1_POINTS = sum(ex.points for ex in all_exercises(1))
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the grader's sandbox needs Linux")
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    with Sandbox(jobs=2, workdir=tmp_path_factory.mktemp("sandbox")) as box:
+        yield box
+
+
+def _solution() -> dict:
+    return json.loads(SOLUTION_1.read_text(encoding="utf-8"))
+
+
+def _grade(sandbox, folder: Path, notebooks: dict) -> dict:
+    subs = []
+    for name, content in notebooks.items():
+        path = folder / f"{name}.ipynb"
+        path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+        subs.append(Submission(name, path))
+    run = run_grading(subs, 1, seed=3, sandbox=sandbox, time_limit=10)
+    return {r.student: r for r in run.results}
+
+
+def test_a_notebook_nested_too_deep_scores_zero_and_the_class_goes_on(sandbox, tmp_path):
+    deep = '{"cells": ' + "[" * 100_000 + "]" * 100_000 + ', "nbformat": 4}'
+    with pytest.raises(NotebookError, match="not a readable notebook"):
+        (tmp_path / "x.ipynb").write_text(deep)
+        load_cells(tmp_path / "x.ipynb")
+    results = _grade(sandbox, tmp_path, {"deep": deep, "good": _solution()})
+    assert sum(e.points for e in results["deep"].exercises) == 0
+    assert "not a readable notebook" in results["deep"].exercises[0].reason
+    assert sum(e.points for e in results["good"].exercises) == CHAPTER1_POINTS
+
+
+def test_cells_of_the_wrong_types_are_read_as_nothing(sandbox, tmp_path):
+    nb = _solution()
+    nb["cells"].insert(1, {"cell_type": "code", "metadata": "tags", "source": ["x = 1\n", 7, None]})
+    nb["cells"].insert(1, {"cell_type": 3, "metadata": {"tags": "setup"}, "source": {"a": 1}})
+    nb["cells"].insert(1, "not a cell")
+    results = _grade(sandbox, tmp_path, {"odd": nb})
+    assert sum(e.points for e in results["odd"].exercises) == CHAPTER1_POINTS
+
+
+def test_an_expression_too_deep_to_parse_costs_only_its_exercise(sandbox, tmp_path):
+    first = all_exercises(1)[0]
+    deep = f"{first.name} = " + "-" * 200_000 + "1\n"  # MemoryError in ast.parse; RecursionError for a long + chain
+    nb = with_exercise_code(_solution(), first.label, deep)
+    results = _grade(sandbox, tmp_path, {"deep_expression": nb})
+    points = {e.label: e.points for e in results["deep_expression"].exercises}
+    assert points[first.label] == 0
+    assert sum(points.values()) == CHAPTER1_POINTS - first.points
+
+
+def test_many_directive_openings_are_read_in_linear_time():
+    # Before: a lazy pattern spanning lines took 16 s on 196 KB of such lines; this is 2 MB.
+    cell = "```{exercise}\n" * 150_000
+    start = time.perf_counter()
+    assert exercise_labels(cell + ":label: ch01_ex1\n") == ["ch01_ex1"]
+    assert exercise_labels(cell) == []
+    assert time.perf_counter() - start < 10
+
+
+def test_the_exercise_block_is_graded_however_it_defines_the_answer(sandbox, tmp_path):
+    first = all_exercises(1)[0]
+    nb = _solution()
+    cells = nb["cells"]
+    index = next(i for i, c in enumerate(cells) if "# BEGIN SOLUTION" in "".join(c["source"]) and
+                 first.name in "".join(c["source"]))
+    correct = "".join(cells[index]["source"])
+    # The block defines the answer inside an `if`; an old broken attempt sits in a later cell.
+    cells[index]["source"] = "if True:\n" + "".join("    " + line for line in correct.splitlines(True))
+    cells.append({"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                  "source": f"def {first.name}(*args, **kwargs):\n    return None\n"})
+    results = _grade(sandbox, tmp_path, {"nested": nb})
+    graded = {e.label: e for e in results["nested"].exercises}
+    assert graded[first.label].points == first.points, graded[first.label].summary
