@@ -94,7 +94,7 @@ def _grade(args) -> int:
     from .grading.extra import ExtraChecksError
     from .grading.grader import Submission, discover, run_grading
     from .grading.reports import ProgressBar, feedback_text, write_class_reports
-    from .notebook import NotebookError
+    from .notebook import NotebookError, printable
 
     target = Path(args.target)
     extra = Path(args.extra_checks) if args.extra_checks else None
@@ -103,7 +103,7 @@ def _grade(args) -> int:
     try:
         if target.is_file():
             run = run_grading([Submission(target.stem, target)], args.chapter, **options)
-            print(feedback_text(run.results[0], run.plan), end="")
+            print(printable(feedback_text(run.results[0], run.plan), newlines=True), end="")
             print(f"(seed {run.plan.seed}; graded in {run.seconds:.1f} s)")
             if args.out:
                 write_class_reports(run.results, run.plan, Path(args.out), run.log)
@@ -122,7 +122,7 @@ def _grade(args) -> int:
         print(f"attention-course grade: {error}", file=sys.stderr)
         return 2
     if ignored:
-        run.log.append(f"ignored (not a notebook nor a folder): {', '.join(ignored)}")
+        run.log.append(printable(f"ignored (hidden, or not a notebook nor a folder): {', '.join(ignored)}"))
     summary = write_class_reports(run.results, run.plan, out, run.log)
     print(f"graded {len(run.results)} submissions of chapter {args.chapter:02d} in {run.seconds:.1f} s "
           f"(seed {run.plan.seed}); mean {summary['mean_total']:.2f} / {run.plan.max_total:g}")

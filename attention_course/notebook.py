@@ -29,6 +29,22 @@ _EXERCISE_HEADING_RE = re.compile(r"^#{1,6}[ \t]+Exercise[ \t]+\d+[ \t]+\((ch\d\
 _CHECK_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
 
 
+def printable(text, newlines: bool = False) -> str:
+    """``text`` with every control or format character escaped (``\\x1b``, ``\\u202e``), so that a
+    name or message from a submission can neither forge a line of a log nor send a terminal
+    escape sequence. With ``newlines``, line breaks and tabs are kept (multi-line feedback)."""
+    import unicodedata
+    kept = "\n\t" if newlines else ""
+    out = []
+    for char in str(text):
+        if char in kept or unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp"):
+            out.append(char)
+        else:
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
 class NotebookError(ValueError):
     """A notebook that cannot be read or lacks what the course expects."""
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells
+from .notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, printable
 from .registry import LABEL_RE
 
 SKIP_DIRS = {".git", ".venv", "venv", "_build", "node_modules", "__pycache__", ".ipynb_checkpoints", "site-packages"}
@@ -100,7 +100,7 @@ def identify(path: Path) -> tuple:
                                 f"which this course does not have")
     title = next((line[2:].strip() for c in cells if c.get("cell_type") == "markdown"
                   for line in _src(c).splitlines() if line.startswith("# ")), Path(path).stem)
-    return chapter, title
+    return chapter, printable(title)[:200]  # the notebook's own text: no escape sequence reaches the terminal
 
 
 # ------------------------------------------------------------------ running the public checks
@@ -257,7 +257,7 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
             lines.append(f"  next: {style(nxt.label, 'bold')} {nxt.title} (write `{nxt.name}`)")
         lines.append("")
     for path, reason in skipped:
-        lines.append(style(f"skipped {path}: {reason}", "yellow"))
+        lines.append(style(printable(f"skipped {path}: {reason}"), "yellow"))
     if skipped:
         lines.append("")
     if books:
@@ -295,13 +295,13 @@ def main(args) -> int:
     if not notebooks:
         if target.is_file():
             reason = skipped[0][1] if skipped else "not a notebook"
-            print(f"attention-course progress: {target} is not a course notebook: {reason}", file=sys.stderr)
+            print(printable(f"attention-course progress: {target} is not a course notebook: {reason}"), file=sys.stderr)
         else:
             print(f"attention-course progress: no course notebook under {target}"
                   + (f" ({len(skipped)} other notebook{'s' if len(skipped) != 1 else ''}):" if skipped else ""),
                   file=sys.stderr)
             for path, reason in skipped:
-                print(f"  {path}: {reason}", file=sys.stderr)
+                print(printable(f"  {path}: {reason}"), file=sys.stderr)
         print("A course notebook is a chapter's student notebook (chapters/NN_slug.ipynb), with its exercises "
               "(\"Exercise 1 (ch01_ex1): ...\") and check cells (check(\"ch01_ex1\", ...)).", file=sys.stderr)
         return 2

@@ -100,3 +100,52 @@ def test_the_exercise_block_is_graded_however_it_defines_the_answer(sandbox, tmp
     results = _grade(sandbox, tmp_path, {"nested": nb})
     graded = {e.label: e for e in results["nested"].exercises}
     assert graded[first.label].points == first.points, graded[first.label].summary
+
+
+# ------------------------------------------------------------------ one submission, one row
+
+
+def test_every_entry_gets_its_own_row_and_feedback_file(sandbox, tmp_path):
+    from attention_course.grading.grader import discover
+    from attention_course.grading.reports import write_class_reports
+    good, stub = _solution(), json.loads(next((ROOT / "chapters").glob("01_*.ipynb")).read_text())
+    class_dir = tmp_path / "class"
+    (class_dir / "twin").mkdir(parents=True)
+    (class_dir / "twin" / "work.ipynb").write_text(json.dumps(good))
+    (class_dir / "twin~2.ipynb").write_text(json.dumps(stub))
+    (class_dir / "twin.ipynb").write_text(json.dumps(stub))       # -> twin~3: twin~2 is taken
+    (class_dir / "same name.ipynb").write_text(json.dumps(good))
+    (class_dir / "same_name.ipynb").write_text(json.dumps(stub))
+    (class_dir / ".dotted.ipynb").write_text(json.dumps(good))
+    (class_dir / "copycat.ipynb").symlink_to(class_dir / "same name.ipynb")
+    subs, ignored = discover(class_dir)
+    names = [s.student for s in subs]
+    assert sorted(names) == sorted(["twin", "twin~2", "twin~3", "same name", "same_name", "copycat"])
+    assert ".dotted.ipynb" in ignored
+    copycat = next(s for s in subs if s.student == "copycat")
+    assert copycat.path is None and "symbolic link" in copycat.problem
+    run = run_grading(subs, 1, seed=3, sandbox=sandbox, time_limit=10)
+    totals = {r.student: r.total for r in run.results}
+    assert totals["twin"] == CHAPTER1_POINTS and totals["twin~2"] == 0 and totals["twin~3"] == 0
+    assert totals["same name"] == CHAPTER1_POINTS and totals["same_name"] == 0 and totals["copycat"] == 0
+    out = tmp_path / "grades"
+    write_class_reports(run.results, run.plan, out, run.log)
+    files = sorted(p.name for p in (out / "feedback").iterdir())
+    assert len(files) == len(subs), files
+    owners = {p.name: p.read_text().splitlines()[0] for p in (out / "feedback").iterdir()}
+    assert sorted(owners.values()) == sorted(f"# Feedback: {n}" for n in names)
+
+
+def test_a_name_or_message_cannot_forge_a_log_line_or_reach_the_terminal_raw(sandbox, tmp_path):
+    first = all_exercises(1)[0]
+    nb = with_exercise_code(_solution(), first.label,
+                            f"raise ValueError('boom\\nmallory: 99/99\\x1b]52;c;aGk=\\x07')\n")
+    path = tmp_path / "eve.ipynb"
+    path.write_text(json.dumps(nb))
+    run = run_grading([Submission("eve\nmallory: 99/99 \x1b[2J", path)], 1, seed=3, sandbox=sandbox, time_limit=10)
+    log = "\n".join(run.log)
+    assert not any(line.startswith("mallory") for line in log.splitlines()), log
+    assert "\x1b" not in log and "\x07" not in log
+    from attention_course.grading.reports import feedback_markdown, feedback_text
+    for text in (feedback_markdown(run.results[0], run.plan), feedback_text(run.results[0], run.plan)):
+        assert "\x1b" not in text and "\x07" not in text

@@ -22,7 +22,7 @@ import torch
 
 from ..answers import blocked_answers
 from ..checking import STUB_HINT, CheckResult, check_points, hidden_seed, judge, outcomes_for
-from ..notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, setup_code
+from ..notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, printable, setup_code
 from ..registry import all_exercises
 from .extra import ExerciseTable, load_extra_checks
 from .runtime import PACKAGE_DIR, RUNTIME_MODULES
@@ -122,18 +122,37 @@ class Submission:
 
 
 def discover(directory: Path) -> tuple:
-    """Submissions in ``directory`` (``alice.ipynb`` or ``alice/<one>.ipynb``), sorted; and ignored entries."""
+    """Submissions in ``directory`` (``alice.ipynb`` or ``alice/<one>.ipynb``), sorted; and ignored entries.
+
+    Every entry gets its own submission under a name no other one has (``alice.ipynb`` and
+    ``alice/`` become ``alice`` and ``alice~2``, and a file already named ``alice~2`` gets another
+    suffix), so that no two share a row or a feedback file. A symbolic link is refused with a reason
+    (it could point at a classmate's notebook); hidden entries (``.name``) are listed as ignored.
+    """
     directory = Path(directory)
     subs, ignored = [], []
     for entry in sorted(directory.iterdir(), key=lambda p: p.name):
         if entry.name.startswith("."):
+            ignored.append(entry.name)
+            continue
+        if entry.is_symlink():
+            if entry.suffix == ".ipynb" or entry.is_dir():
+                subs.append(Submission(entry.stem if entry.suffix == ".ipynb" else entry.name, None,
+                                       "the submission is a symbolic link, not a notebook: submit the notebook itself"))
+            else:
+                ignored.append(entry.name)
             continue
         if entry.is_file() and entry.suffix == ".ipynb":
             subs.append(Submission(entry.stem, entry))
         elif entry.is_dir():
             notebooks = sorted(p for p in entry.rglob("*.ipynb")
                                if ".ipynb_checkpoints" not in p.parts and not p.name.startswith("."))
-            if len(notebooks) == 1:
+            links = [p for p in notebooks if p.is_symlink() or any(q.is_symlink() for q in p.parents
+                                                                    if entry in q.parents)]
+            if links:
+                subs.append(Submission(entry.name, None, f"the submission folder holds a symbolic link "
+                                       f"({links[0].name}), not a notebook: submit the notebook itself"))
+            elif len(notebooks) == 1:
                 subs.append(Submission(entry.name, notebooks[0]))
             elif not notebooks:
                 subs.append(Submission(entry.name, None, "the submission folder holds no .ipynb notebook"))
@@ -142,11 +161,16 @@ def discover(directory: Path) -> tuple:
                                        f"({', '.join(p.name for p in notebooks[:5])}); submit exactly one"))
         else:
             ignored.append(entry.name)
-    seen: dict = {}
-    for sub in subs:  # alice.ipynb and alice/ → two distinct, stable names
-        seen[sub.student] = seen.get(sub.student, 0) + 1
-        if seen[sub.student] > 1:
-            sub.student = f"{sub.student}~{seen[sub.student]}"
+    taken = {sub.student for sub in subs}
+    seen: set = set()
+    for sub in subs:  # alice.ipynb and alice/ -> two distinct, stable names, never an existing one
+        if sub.student in seen:
+            number = 2
+            while f"{sub.student}~{number}" in taken:
+                number += 1
+            sub.student = f"{sub.student}~{number}"
+            taken.add(sub.student)
+        seen.add(sub.student)
     subs.sort(key=lambda s: (s.student.lower(), s.student))
     return subs, ignored
 
@@ -506,7 +530,7 @@ def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, 
     seconds = time.perf_counter() - start
     for r in results:
         reasons = "; ".join(f"{e.label}: {e.summary}" for e in r.exercises if e.summary)
-        log.append(f"{r.student}: {r.total:g}/{r.max_total:g}" + (f"  [{r.problem or reasons}]"[:400]
+        log.append(printable(f"{r.student}: {r.total:g}/{r.max_total:g}") + (printable(f"  [{r.problem or reasons}]")[:400]
                                                                   if (r.problem or reasons) else ""))
     log.append(f"graded {len(results)} submission(s) in {seconds:.1f} s; zygote restarts: {restarts}")
     return GradingRun(plan, results, log, seconds, abi, restarts)

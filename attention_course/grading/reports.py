@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..checking import FAIL, PASS
+from ..notebook import printable
 
 SUMMARY_MD, HISTOGRAM_PNG, GRADES_CSV, LOG_NAME = "summary.md", "histogram.png", "grades.csv", "grading.log"
 
@@ -25,6 +26,21 @@ def _fmt(points: float) -> str:
 def safe_name(student: str) -> str:
     name = re.sub(r"[^\w.-]+", "_", student).strip("._") or "student"
     return name[:100]
+
+
+def feedback_names(results: list) -> list:
+    """One feedback file name per result, never shared: ``same name`` and ``same_name`` both make
+    ``same_name``, so the second becomes ``same_name~2.md`` (compared without case, for file
+    systems that ignore it)."""
+    names, taken = [], set()
+    for r in results:
+        base = safe_name(r.student)
+        name, number = base, 2
+        while name.lower() in taken:
+            name, number = f"{base}~{number}", number + 1
+        taken.add(name.lower())
+        names.append(f"{name}.md")
+    return names
 
 
 # ------------------------------------------------------------------ feedback
@@ -56,7 +72,8 @@ def feedback_markdown(result, plan, title: Optional[str] = None) -> str:
                     lines.append(f"  - Hint: {c.hint}")
                     shown.add(c.hint)
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    # Names and messages come from the submission: no control character reaches the reader.
+    return printable("\n".join(lines).rstrip(), newlines=True) + "\n"
 
 
 def feedback_text(result, plan) -> str:
@@ -153,8 +170,8 @@ def write_class_reports(results: list, plan, out: Path, log_lines: list) -> dict
     out = Path(out)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
     write_csv(results, plan, out / GRADES_CSV)
-    for r in results:
-        (out / "feedback" / f"{safe_name(r.student)}.md").write_text(feedback_markdown(r, plan), encoding="utf-8")
+    for r, name in zip(results, feedback_names(results)):
+        (out / "feedback" / name).write_text(feedback_markdown(r, plan), encoding="utf-8")
     summary = write_summary(results, plan, out)
     (out / LOG_NAME).write_text("\n".join(log_lines) + "\n", encoding="utf-8")
     return summary
