@@ -149,3 +149,54 @@ def test_a_name_or_message_cannot_forge_a_log_line_or_reach_the_terminal_raw(san
     from attention_course.grading.reports import feedback_markdown, feedback_text
     for text in (feedback_markdown(run.results[0], run.plan), feedback_text(run.results[0], run.plan)):
         assert "\x1b" not in text and "\x07" not in text
+
+
+# ------------------------------------------------------------------ no sockets, no processes
+
+ESCAPES = """import os, socket
+tried = []
+for name, family, kind, where in [("udp", socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", {udp_port})),
+                                   ("udp6", socket.AF_INET6, socket.SOCK_DGRAM, ("::1", {udp_port})),
+                                   ("unix", socket.AF_UNIX, socket.SOCK_STREAM, {unix_path!r}),
+                                   ("unix-datagram", socket.AF_UNIX, socket.SOCK_DGRAM, {unix_path!r})]:
+    try:
+        s = socket.socket(family, kind)
+        s.connect(where) if kind == socket.SOCK_STREAM else s.sendto(b"hidden inputs", where)
+        tried.append(name + ": open")
+    except OSError as error:
+        tried.append(name + ": " + type(error).__name__)
+for name, start in [("fork", os.fork), ("spawn", lambda: os.posix_spawn("/bin/sleep", ["sleep", "30"], {{}}))]:
+    try:
+        pid = start()
+        if pid == 0:
+            os._exit(0)
+        tried.append(name + ": open")
+    except OSError as error:
+        tried.append(name + ": " + type(error).__name__)
+raise RuntimeError("; ".join(tried))
+"""
+
+
+def test_a_child_can_neither_open_a_socket_nor_start_a_process(sandbox, tmp_path):
+    import socket
+    listener_udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener_udp.bind(("127.0.0.1", 0))
+    listener_udp.settimeout(0.5)
+    unix_path = str(tmp_path / "service.sock")
+    listener_unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener_unix.bind(unix_path)
+    listener_unix.listen(1)
+    listener_unix.settimeout(0.5)
+    first = all_exercises(1)[0]
+    code = ESCAPES.format(udp_port=listener_udp.getsockname()[1], unix_path=unix_path)
+    results = _grade(sandbox, tmp_path, {"escaper": with_exercise_code(_solution(), first.label, code)})
+    reason = next(e for e in results["escaper"].exercises if e.label == first.label).reason
+    assert "open" not in reason, reason
+    for name in ("udp", "udp6", "unix", "unix-datagram", "fork", "spawn"):
+        assert f"{name}: PermissionError" in reason, reason
+    with pytest.raises(socket.timeout):
+        listener_udp.recvfrom(100)
+    with pytest.raises(socket.timeout):
+        listener_unix.accept()
+    listener_udp.close()
+    listener_unix.close()

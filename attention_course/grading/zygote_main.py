@@ -129,6 +129,61 @@ def _fs_rights(abi: int) -> int:
     return rights
 
 
+# ------------------------------------------------------------------ seccomp: no sockets, no processes
+
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+CLONE_THREAD = 0x00010000
+# (audit arch, {syscall: errno}, clone's number): the calls a child is refused. socket and
+# socketpair: Landlock mediates only TCP, so UDP and Unix sockets need this; fork, vfork and clone
+# without CLONE_THREAD: grading needs no process of its own, so none can outlive the child;
+# clone3 reports ENOSYS, and glibc then creates its threads with clone, which is allowed.
+_SECCOMP_ARCHES = {
+    "x86_64": (0xC000003E, {41: 1, 53: 1, 57: 1, 58: 1, 435: 38}, 56),
+    "aarch64": (0xC00000B7, {198: 1, 199: 1, 435: 38}, 220),
+}
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_supported() -> bool:
+    return os.uname().machine in _SECCOMP_ARCHES
+
+
+def seccomp_restrict() -> None:
+    """Refuse sockets and new processes to this process and everything it starts (a seccomp BPF
+    filter; needs PR_SET_NO_NEW_PRIVS first). Threads stay allowed. Raise OSError when refused."""
+    arch, refused, clone_nr = _SECCOMP_ARCHES[os.uname().machine]
+    LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+    prog = [(LD_W_ABS, 0, 0, 4)]                                    # seccomp_data.arch
+    prog.append((JEQ_K, 1, 0, arch))
+    prog.append((RET_K, 0, 0, SECCOMP_RET_ERRNO | 1))                # another ABI (x32, i386): refused
+    prog.append((LD_W_ABS, 0, 0, 0))                                 # seccomp_data.nr
+    prog.append((JGE_K, 0, 1, 0x40000000))                           # x32's numbers on x86_64: refused
+    prog.append((RET_K, 0, 0, SECCOMP_RET_ERRNO | 1))
+    for number, errno_value in refused.items():
+        prog.append((JEQ_K, 0, 1, number))
+        prog.append((RET_K, 0, 0, SECCOMP_RET_ERRNO | errno_value))
+    prog.append((JEQ_K, 0, 3, clone_nr))
+    prog.append((LD_W_ABS, 0, 0, 16))                                # clone's flags (args[0], low half)
+    prog.append((JSET_K, 1, 0, CLONE_THREAD))
+    prog.append((RET_K, 0, 0, SECCOMP_RET_ERRNO | 1))                # a process, not a thread
+    prog.append((RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), filters)
+    if _libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
+                   ctypes.c_void_p(ctypes.addressof(fprog)), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
+
+
 def _prctl(option, arg2=0, arg3=0, arg4=0, arg5=0) -> int:
     return _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3),
                        ctypes.c_ulong(arg4), ctypes.c_ulong(arg5))
@@ -356,6 +411,8 @@ def _child(req: dict, state: dict) -> None:
             drop_capabilities()
         if state["abi"]:
             landlock_restrict(state["abi"], state["read_fds"], scratch_fd, state["dev_fds"])
+        if state.get("seccomp"):
+            seccomp_restrict()
         _close_all_but({0, 1, 2})
         nofile = int(req.get("max_open_files", 64))
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
@@ -588,6 +645,40 @@ def _probe_sandbox(state: dict, config: dict, warnings: list) -> None:
             state["abi"] = 0
 
 
+def _probe_seccomp(state: dict, warnings: list) -> None:
+    """Check once that a child can refuse itself sockets and processes, and still run threads."""
+    if not seccomp_supported():
+        warnings.append(f"seccomp is not set up on {os.uname().machine}: children may open sockets and "
+                        f"start processes")
+        return
+
+    def step():
+        import socket
+        import threading
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        seccomp_restrict()
+        for family, kind in ((socket.AF_INET, socket.SOCK_DGRAM), (socket.AF_UNIX, socket.SOCK_STREAM)):
+            try:
+                socket.socket(family, kind).close()
+            except PermissionError:
+                continue
+            raise RuntimeError("a socket was allowed")
+        try:
+            os.fork()
+        except PermissionError:
+            pass
+        else:
+            os._exit(0)
+        worker = threading.Thread(target=lambda: None)
+        worker.start()
+        worker.join()
+
+    state["seccomp"] = _probe(step)
+    if not state["seccomp"]:
+        warnings.append("seccomp filters are refused here: children may open UDP and Unix sockets and start "
+                        "processes")
+
+
 def main() -> int:
     with open(sys.argv[1]) as f:
         config = json.load(f)
@@ -633,6 +724,7 @@ def main() -> int:
     state = {"abi": abi, "calls": {}, "read_fds": _open_read_rules(config["read_paths"]),
              "dev_fds": [fd for fd, _ in _open_read_rules(config["dev_paths"])]}
     _probe_sandbox(state, config, warnings)
+    _probe_seccomp(state, warnings)
     del attention_course
     os.write(reply_fd, (json.dumps({"ready": True, "pid": os.getpid(), "landlock_abi": state["abi"],
                                     "warnings": warnings, "torch": torch.__version__}) + "\n").encode())
