@@ -1,14 +1,16 @@
 """Parent side of the sandbox: zygote processes, safe reading and validation of outcomes.
 
 The grader never imports or unpickles anything a child produced. It reads the child's
-``outcomes.pt`` with ``O_NOFOLLOW``/``O_NONBLOCK`` (no symlink, no FIFO, regular file,
-size cap), loads it with ``torch.load(weights_only=True)``, and accepts only the
-plain-data grammar of :mod:`attention_course.calls` (dict, list, str, int, float,
-bool, None and exact CPU strided ``torch.Tensor``), with caps on sizes and depth.
+``outcomes.bin`` with ``O_NOFOLLOW``/``O_NONBLOCK`` (no symlink, no FIFO, regular file,
+size cap): a JSON structure (capped) and raw tensor bytes, each tensor declared by dtype and
+shape, checked against the caps and the file's length before anything is allocated
+(``zygote_main.dump_outcome`` writes it). It accepts only the plain-data grammar of
+:mod:`attention_course.calls` (dict, list, str, int, float, bool, None and dense CPU
+``torch.Tensor``), with caps on sizes and depth. (It once used ``torch.load(weights_only=True)``,
+whose allowed types let a 908-byte file make the grader allocate 2.66 GB.)
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import select
@@ -29,6 +31,12 @@ import torch
 from .runtime import RUNTIME_DATA_DIRS, RUNTIME_MODULES, build_runtime
 
 MAX_OUTCOME_BYTES = 64 * 1024 * 1024
+MAX_STRUCTURE_BYTES = 4 * 1024 * 1024  # the JSON part: results are small apart from their tensors
+OUTCOME_MAGIC = b"ACOUT1\n"
+OUTCOME_DTYPES = {name: getattr(torch, name) for name in (
+    "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+    "complex64", "complex128")}
+MAX_DIMS = 8
 MAX_TENSOR_ELEMENTS = 4_000_000
 MAX_TOTAL_ELEMENTS = 16_000_000
 MAX_STRING = 20_000
@@ -315,7 +323,7 @@ class Sandbox:
                 self._cond.notify()
         try:
             outcome, problem = None, ""
-            raw = read_capped(scratch / "outcomes.pt", MAX_OUTCOME_BYTES)
+            raw = read_capped(scratch / "outcomes.bin", MAX_OUTCOME_BYTES)
             if raw is None:
                 problem = "no outcome file"
             else:
@@ -383,12 +391,64 @@ def read_capped(path: Path, cap: int, tail: bool = False) -> Optional[bytes]:
 # ------------------------------------------------------------------ validation
 
 
-def load_outcome(raw: bytes) -> dict:
-    """torch.load(weights_only=True) then validate the child's result structure."""
+def _decode(raw: bytes) -> Any:
+    """The structure and tensors of an ``outcomes.bin``; every size is checked before allocating."""
+    start = len(OUTCOME_MAGIC) + 8
+    if not raw.startswith(OUTCOME_MAGIC) or len(raw) < start:
+        raise InvalidOutcome("not an outcome file")
+    size = int.from_bytes(raw[len(OUTCOME_MAGIC):start], "little")
+    if size > MAX_STRUCTURE_BYTES or start + size > len(raw):
+        raise InvalidOutcome("the structure's declared size does not fit")
     try:
-        data = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
-    except Exception as error:  # noqa: BLE001 - any refusal means: not plain data
+        tree = json.loads(raw[start:start + size].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
         raise InvalidOutcome(f"not plain data: {type(error).__name__}") from None
+    data = memoryview(raw)[start + size:]
+    budget = [MAX_TOTAL_ELEMENTS]
+
+    def tensor(record) -> torch.Tensor:
+        if type(record) is not list or len(record) != 3:
+            raise InvalidOutcome("malformed tensor record")
+        offset, dtype_name, shape = record
+        if type(offset) is not int or offset < 0 or type(dtype_name) is not str or type(shape) is not list:
+            raise InvalidOutcome("malformed tensor record")
+        dtype = OUTCOME_DTYPES.get(dtype_name)
+        if dtype is None:
+            raise InvalidOutcome(f"tensor dtype {dtype_name[:40]!r} is not allowed")
+        if len(shape) > MAX_DIMS or any(type(n) is not int or n < 0 or n > MAX_TENSOR_ELEMENTS for n in shape):
+            raise InvalidOutcome("malformed tensor shape")
+        numel = 1
+        for n in shape:
+            numel *= n
+        if numel > MAX_TENSOR_ELEMENTS:
+            raise InvalidOutcome("tensor too large")
+        budget[0] -= numel
+        if budget[0] < 0:
+            raise InvalidOutcome("tensors too large in total")
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        if offset + nbytes > len(data):
+            raise InvalidOutcome("a tensor's bytes lie outside the file")
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(data[offset:offset + nbytes]), dtype=dtype).reshape(shape)
+
+    def walk(value, depth):
+        if depth > MAX_DEPTH:
+            raise InvalidOutcome("nested too deeply")
+        if type(value) is dict:
+            if len(value) == 1 and "__tensor__" in value and type(value["__tensor__"]) is list:
+                return tensor(value["__tensor__"])
+            return {key: walk(item, depth + 1) for key, item in value.items()}
+        if type(value) is list:
+            return [walk(item, depth + 1) for item in value]
+        return value
+
+    return walk(tree, 0)
+
+
+def load_outcome(raw: bytes) -> dict:
+    """Decode a child's ``outcomes.bin`` (data only) and validate the result's structure."""
+    data = _decode(raw)
     budget = [MAX_TOTAL_ELEMENTS, MAX_ITEMS]
     _plain(data, 0, budget)
     if type(data) is not dict or data.get("phase") not in ("setup", "exercise", "missing", "calls", "done"):

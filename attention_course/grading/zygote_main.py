@@ -29,7 +29,7 @@ For every request it forks a child that
    an alias, a subclass, ``importlib.reload`` or ``sys.modules`` give nothing);
 4. executes the notebook's setup cell and the exercise's cells, fetches the object by
    name, runs each check's calls with ``attention_course.calls.run_call`` and writes
-   the plain outcomes with ``torch.save`` to ``outcomes.pt`` after every check (so a
+   the plain outcomes as data (:func:`dump_outcome`) to ``outcomes.bin`` after every check (so a
    timeout still keeps the checks that finished).
 
 The zygote waits for the child under a wall-clock limit, kills its process group on
@@ -443,19 +443,50 @@ def _close_all_but(keep: set) -> None:
         start = max(start, fd + 1)
 
 
+OUTCOME_MAGIC = b"ACOUT1\n"
+
+
+def dump_outcome(result) -> bytes:
+    """The child's result as data only: a magic line, the JSON structure's length (8 bytes, little
+    endian), the structure, then the tensors' raw bytes. A tensor is a record
+    ``{"__tensor__": [offset, dtype, shape]}`` into those bytes. The parent
+    (``sandbox.load_outcome``) checks every declared size against the file before allocating,
+    and never unpickles anything."""
+    import torch
+    buffers, offset = [], [0]
+
+    def encode(value):
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
+            record = {"__tensor__": [offset[0], str(tensor.dtype).replace("torch.", ""), list(tensor.shape)]}
+            buffers.append(raw)
+            offset[0] += len(raw)
+            return record
+        if isinstance(value, dict):
+            return {str(key): encode(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [encode(item) for item in value]
+        return value
+
+    head = json.dumps(encode(result)).encode("utf-8")
+    return OUTCOME_MAGIC + len(head).to_bytes(8, "little") + head + b"".join(buffers)
+
+
 def _run_student(req: dict, state: dict) -> int:
     import builtins
     import torch
     # Keep our own references: the student's code may monkeypatch torch or builtins.
-    save, replace, SimpleNamespace = torch.save, os.replace, __import__("types").SimpleNamespace
+    dump, replace, SimpleNamespace = dump_outcome, os.replace, __import__("types").SimpleNamespace
     from attention_course.calls import run_call
     _block_reference(req["blocked"])
     calls = state["calls"][req["calls_path"]]
     result = {"phase": "setup", "error": None, "defined": [], "outcomes": []}
 
     def write():
-        save(result, "outcomes.tmp")
-        replace("outcomes.tmp", "outcomes.pt")
+        with open("outcomes.tmp", "wb") as f:
+            f.write(dump(result))
+        replace("outcomes.tmp", "outcomes.bin")
 
     write()
     sources = {"<setup cell>": req["setup"], f"<exercise {req['label']}>": req["code"]}
