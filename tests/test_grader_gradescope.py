@@ -50,9 +50,14 @@ def test_gradescope_zip_runs_offline(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((gs / "results" / "results.json").read_text())
     assert results["score"] == results["max_score"] == CHAPTER1_POINTS
-    assert len(results["tests"]) == len(all_exercises(1))
+    # Per exercise, its public checks (visible) and its hidden-only checks (after_published).
+    exercises = all_exercises(1)
+    with_hidden = [e for e in exercises if any(not c.public for c in e.checks)]
+    assert len(results["tests"]) == len(exercises) + len(with_hidden)
     for test in results["tests"]:
         assert set(test) >= {"name", "score", "max_score", "status", "output", "visibility"}
         assert test["status"] == "passed" and test["score"] == test["max_score"]
+        assert test["visibility"] == ("after_published" if test["name"].endswith("hidden checks") else "visible")
+    assert abs(sum(t["max_score"] for t in results["tests"]) - CHAPTER1_POINTS) < 1e-3
     # it graded with the unpacked copy of the package, not the editable install
     assert "seed: 4" in done.stdout and str(gs / "source" / "attention_course") in done.stdout

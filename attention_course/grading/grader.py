@@ -8,8 +8,9 @@ calls and return plain outcomes.
 """
 from __future__ import annotations
 
-import re
 import dataclasses
+import hashlib
+import re
 import signal
 import threading
 import time
@@ -86,6 +87,14 @@ def _blocked_names(exercise) -> list:
     """(module, attribute, label, message): the runtime's own answers to ``exercise``, to refuse
     in the child (see :mod:`attention_course.answers`)."""
     return [list(entry) for entry in blocked_answers(exercise)]
+
+
+def student_seed(seed: int, student: str) -> int:
+    """The seed of one student's hidden inputs: from the grading seed (the course's secret) and the
+    student's identity, so that no two students see the same hidden inputs and each one's are
+    reproducible from the log (``--seed``)."""
+    digest = hashlib.sha256(f"{int(seed)}\0{student}".encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 def build_plan(chapter: int, seed: int, extra_checks: Optional[Path] = None,
@@ -276,6 +285,7 @@ class SubmissionResult:
     exercises: list = field(default_factory=list)
     problem: str = ""
     notes: list = field(default_factory=list)
+    seed: Optional[int] = None  # the seed of this student's hidden inputs
 
     @property
     def total(self) -> float:
@@ -296,20 +306,41 @@ def _signal_name(number: int) -> str:
 class Grader:
     """Grade submissions of one chapter with a :class:`~.sandbox.Sandbox`."""
 
-    def __init__(self, plan: GradingPlan, sandbox, time_limit: float = 10.0, memory_mb: int = 1024):
+    def __init__(self, plan: GradingPlan, sandbox, time_limit: float = 10.0, memory_mb: int = 1024,
+                 plan_for_seed: Optional[Callable] = None):
+        """``plan_for_seed(seed) -> GradingPlan``: each student's hidden inputs come from
+        :func:`student_seed` (without it, every student gets ``plan``'s inputs)."""
         self.plan, self.sandbox = plan, sandbox
         self.time_limit, self.memory_mb = float(time_limit), int(memory_mb)
-        self.calls_path = sandbox.write_calls(f"ch{plan.chapter:02d}-{plan.seed}-{id(plan)}", plan.calls_data())
+        self.plan_for_seed = plan_for_seed
+        self._plans = {}  # seed -> (plan, calls_path)
+        self._plan_lock = threading.Lock()  # building a plan saves and restores torch's global RNG
+        self.calls_path = self._calls_file(plan)
         self._judge_lock = threading.Lock()  # kept mistakes may seed torch's global RNG
 
+    def _calls_file(self, plan: GradingPlan) -> str:
+        return self.sandbox.write_calls(f"ch{plan.chapter:02d}-{plan.seed}-{id(plan)}", plan.calls_data())
+
+    def plan_of(self, student: str) -> tuple:
+        """(seed, plan, calls file) of one student's hidden inputs."""
+        if self.plan_for_seed is None:
+            return self.plan.seed, self.plan, self.calls_path
+        seed = student_seed(self.plan.seed, student)
+        with self._plan_lock:
+            if seed not in self._plans:
+                plan = self.plan_for_seed(seed)
+                self._plans[seed] = (plan, self._calls_file(plan))
+            plan, calls_path = self._plans[seed]
+        return seed, plan, calls_path
+
     # ---------------------------------------------------------- one exercise
-    def _request(self, ep: ExercisePlan, setup: str, code: str) -> dict:
+    def _request(self, ep: ExercisePlan, setup: str, code: str, calls_path: Optional[str] = None) -> dict:
         ex = ep.exercise
         return {"label": ex.label, "name": ex.name, "kind": ex.kind, "setup": setup, "code": code,
-                "blocked": ep.blocked, "calls_path": self.calls_path, "timeout": self.time_limit,
+                "blocked": ep.blocked, "calls_path": calls_path or self.calls_path, "timeout": self.time_limit,
                 "memory_mb": self.memory_mb}
 
-    def grade_exercise(self, ep: ExercisePlan, prepared: Prepared) -> ExerciseResult:
+    def grade_exercise(self, ep: ExercisePlan, prepared: Prepared, calls_path: Optional[str] = None) -> ExerciseResult:
         ex = ep.exercise
         result = ExerciseResult(ex.label, ex.name, ex.title, float(ex.points),
                                 notes=list(prepared.notes.get(ex.label, [])))
@@ -318,7 +349,8 @@ class Grader:
             result.checks = self._all_failed(ep, result.reason)
             return result
         start = time.perf_counter()
-        report, outcome, problem, stderr = self.sandbox.run(self._request(ep, prepared.setup, prepared.code[ex.label]))
+        report, outcome, problem, stderr = self.sandbox.run(self._request(ep, prepared.setup, prepared.code[ex.label],
+                                                                          calls_path))
         result.elapsed = time.perf_counter() - start
         self._decide(ep, result, report, outcome, problem, stderr)
         result.points = round(sum(c.points for c in result.checks), 4)
@@ -439,7 +471,9 @@ class Grader:
         def work(task):
             student, i, ep, prepared = task
             try:
-                er = self.grade_exercise(ep, prepared)
+                seed, plan, calls_path = self.plan_of(student)
+                results[student].seed = seed
+                er = self.grade_exercise(plan.exercises[i], prepared, calls_path)
             except Exception as error:  # noqa: BLE001 - a grader bug must not stop the class
                 er = ExerciseResult(ep.label, ep.exercise.name, ep.exercise.title, float(ep.exercise.points),
                                     reason=f"internal grader error: {type(error).__name__}: {error}")
@@ -480,7 +514,8 @@ def _log_header(plan: GradingPlan, sandbox, time_limit, memory_mb, jobs) -> list
     from .. import __version__
     lines = [f"attention-course {__version__} grade · chapter {plan.chapter:02d}",
              f"started: {time.strftime('%Y-%m-%d %H:%M:%S')}",
-             f"seed: {plan.seed}  (pass --seed {plan.seed} to reproduce these hidden inputs)",
+             f"seed: {plan.seed}  (pass --seed {plan.seed} to reproduce these hidden inputs; each student's are "
+             f"drawn from it and their name, seed shown on their line)",
              f"exercises: {', '.join(f'{p.label} ({p.exercise.points:g} pt, {len(p.checks)} checks)' for p in plan.exercises)}",
              f"limits: {time_limit:g} s and {memory_mb} MB per exercise; {jobs} worker(s)",
              f"python {platform.python_version()}, torch {torch.__version__}",
@@ -501,8 +536,11 @@ def _log_header(plan: GradingPlan, sandbox, time_limit, memory_mb, jobs) -> list
 def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, jobs: int = 2,
                 time_limit: float = 10.0, memory_mb: int = 1024, extra_checks: Optional[Path] = None,
                 progress: Optional[Callable] = None, sandbox=None, landlock: bool = True,
-                root: Optional[Path] = None) -> GradingRun:
-    """Grade ``submissions`` (from :func:`discover`); reuse ``sandbox`` when given."""
+                root: Optional[Path] = None, per_student: bool = True) -> GradingRun:
+    """Grade ``submissions`` (from :func:`discover`); reuse ``sandbox`` when given.
+
+    With ``per_student`` (the default), each student's hidden inputs are drawn from
+    :func:`student_seed` (``seed`` and the student's name); otherwise all share ``seed``'s."""
     from .sandbox import Sandbox
     start = time.perf_counter()
     seed = default_seed() if seed is None else int(seed)
@@ -518,7 +556,8 @@ def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, 
             if own:
                 sandbox.wait_ready()
             log = _log_header(plan, sandbox, time_limit, memory_mb, sandbox.jobs)
-            grader = Grader(plan, sandbox, time_limit, memory_mb)
+            grader = Grader(plan, sandbox, time_limit, memory_mb,
+                            (lambda s: build_plan(chapter, s, extra_checks, root)) if per_student else None)
             results = grader.grade(submissions, progress)
             restarts = sandbox.restarts
             abi = sandbox.landlock_abi
@@ -530,7 +569,8 @@ def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, 
     seconds = time.perf_counter() - start
     for r in results:
         reasons = "; ".join(f"{e.label}: {e.summary}" for e in r.exercises if e.summary)
-        log.append(printable(f"{r.student}: {r.total:g}/{r.max_total:g}") + (printable(f"  [{r.problem or reasons}]")[:400]
+        seed_note = f" (hidden inputs: seed {r.seed})" if per_student and r.seed is not None else ""
+        log.append(printable(f"{r.student}: {r.total:g}/{r.max_total:g}{seed_note}") + (printable(f"  [{r.problem or reasons}]")[:400]
                                                                   if (r.problem or reasons) else ""))
     log.append(f"graded {len(results)} submission(s) in {seconds:.1f} s; zygote restarts: {restarts}")
     return GradingRun(plan, results, log, seconds, abi, restarts)

@@ -66,7 +66,8 @@ def requirement_pins(root: Path) -> dict:
 
 
 def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, memory_mb: int = 1024,
-              jobs: int = 2, extra_checks: Optional[Path] = None, root: Optional[Path] = None) -> list:
+              jobs: int = 2, extra_checks: Optional[Path] = None, root: Optional[Path] = None,
+              hidden_visibility: str = "after_published") -> list:
     """Write the autograder zip; return the names it holds."""
     from ..registry import all_exercises
     root = Path(root) if root else PACKAGE_DIR.parent
@@ -76,7 +77,12 @@ def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, m
         from .grader import build_plan
         build_plan(chapter, seed, extra_checks, root)  # fail now, not on Gradescope
     pins = requirement_pins(root)
-    config = {"chapter": chapter, "seed": seed, "time_limit": time_limit, "memory_mb": memory_mb, "jobs": jobs}
+    from .reports import HIDDEN_VISIBILITIES
+    if hidden_visibility not in HIDDEN_VISIBILITIES:
+        raise ValueError(f"--hidden-visibility must be one of {', '.join(HIDDEN_VISIBILITIES)}, "
+                         f"not {hidden_visibility!r}")
+    config = {"chapter": chapter, "seed": seed, "time_limit": time_limit, "memory_mb": memory_mb, "jobs": jobs,
+              "hidden_visibility": hidden_visibility}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     names = []
@@ -116,6 +122,19 @@ def _find_notebook(submission_dir: Path, chapter: int) -> tuple:
     return chosen, f"{len(notebooks)} notebooks were submitted; graded {chosen.name}"
 
 
+def _student_identity(root: Path) -> str:
+    """Who submitted, from Gradescope's submission_metadata.json (the submitters' ids or emails,
+    sorted, for a group): each student's hidden inputs are drawn from it. 'submission' when absent."""
+    try:
+        meta = json.loads((root / "submission_metadata.json").read_text(encoding="utf-8"))
+        users = meta.get("users") if isinstance(meta, dict) else None
+        keys = sorted(str(u.get("id") or u.get("email") or "") for u in users if isinstance(u, dict))
+        keys = [k for k in keys if k]
+        return "+".join(keys)[:200] if keys else "submission"
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
+        return "submission"
+
+
 def run(root: Path) -> int:
     """``run_autograder``: grade the one submitted notebook, write results/results.json."""
     from .grader import Submission, run_grading
@@ -132,14 +151,15 @@ def run(root: Path) -> int:
         print(note)
         return 0
     extra = source / "extra_checks"
-    run_ = run_grading([Submission("submission", path)], chapter, seed=config["seed"],
+    run_ = run_grading([Submission(_student_identity(root), path)], chapter, seed=config["seed"],
                        jobs=int(config.get("jobs", 2)), time_limit=float(config.get("time_limit", 10)),
                        memory_mb=int(config.get("memory_mb", 1024)),
                        extra_checks=extra if extra.is_dir() else None, root=source)
     result = run_.results[0]
     if note:
         result.notes.append(note)
-    data = gradescope_results(result, run_.plan, time.perf_counter() - start)
+    data = gradescope_results(result, run_.plan, time.perf_counter() - start,
+                              config.get("hidden_visibility", "after_published"))
     write_json(data, results_path)
     print("\n".join(run_.log))  # the autograder's stdout (hidden from students)
     return 0

@@ -180,20 +180,39 @@ def write_class_reports(results: list, plan, out: Path, log_lines: list) -> dict
 # ------------------------------------------------------------------ Gradescope
 
 
-def gradescope_results(result, plan, execution_time: float = 0.0) -> dict:
-    """Gradescope's results.json for one submission: one test per exercise."""
+HIDDEN_VISIBILITIES = ("after_published", "after_due_date", "hidden", "visible")
+
+
+def gradescope_results(result, plan, execution_time: float = 0.0,
+                       hidden_visibility: str = "after_published") -> dict:
+    """Gradescope's results.json for one submission: per exercise, one test of its public checks
+    (visible: the student ran them in the notebook already) and one of its hidden-only checks,
+    with ``hidden_visibility`` (by default shown once the instructor publishes the grades, so that
+    resubmitting cannot probe the hidden checks)."""
+    if hidden_visibility not in HIDDEN_VISIBILITIES:
+        raise ValueError(f"hidden_visibility must be one of {', '.join(HIDDEN_VISIBILITIES)}, "
+                         f"not {hidden_visibility!r}")
+    public = {ep.label: {cp.check.name for cp in ep.checks if cp.check.public} for ep in plan.exercises}
     tests = []
     for er in result.exercises:
-        out = [f"{sum(c.passed for c in er.checks)}/{len(er.checks)} checks passed"]
-        if er.reason:
-            out.append(f"Why: {er.reason}")
-        out += er.notes
-        for c in er.checks:
-            out.append(c.line() if c.reason != er.reason or c.passed else f"{FAIL} {c.check}")
-        tests.append({"name": f"{er.label} · {er.name} ({er.title})", "score": er.points,
-                      "max_score": er.max_points,
-                      "status": "passed" if er.points >= er.max_points - 1e-9 else "failed",
-                      "output": "\n".join(out), "visibility": "visible"})
+        for hidden in (False, True):
+            checks = [c for c in er.checks if (c.check in public.get(er.label, set())) != hidden]
+            if not checks:
+                continue
+            score = round(sum(c.points for c in checks), 4)
+            top = round(sum(c.max_points for c in checks), 4)
+            out = [f"{sum(c.passed for c in checks)}/{len(checks)} checks passed"]
+            if er.reason:
+                out.append(f"Why: {er.reason}")
+            if not hidden:
+                out += er.notes
+            for c in checks:
+                out.append(c.line() if c.reason != er.reason or c.passed else f"{FAIL} {c.check}")
+            kind = "hidden checks" if hidden else "public checks"
+            tests.append({"name": f"{er.label} · {er.name} ({er.title}): {kind}", "score": score,
+                          "max_score": top, "status": "passed" if score >= top - 1e-9 else "failed",
+                          "output": printable("\n".join(out), newlines=True),
+                          "visibility": hidden_visibility if hidden else "visible"})
     general = [f"Chapter {plan.chapter:02d}: {_fmt(result.total)} / {_fmt(result.max_total)} points."]
     if result.problem:
         general.append(f"Your submission could not be graded: {result.problem}")
