@@ -200,3 +200,44 @@ def test_a_child_can_neither_open_a_socket_nor_start_a_process(sandbox, tmp_path
         listener_unix.accept()
     listener_udp.close()
     listener_unix.close()
+
+
+# ------------------------------------------------------------------ points only for the work
+
+RAISER = '''import inspect as _inspect
+import torch as _torch
+
+def _raise_naming_everything(*args, **kwargs):
+    shapes = [tuple(a.shape) for a in list(args) + list(kwargs.values()) if isinstance(a, _torch.Tensor)]
+    raise ValueError("bad input: " + " ".join({names!r}) + " " + " ".join(str(s) for s in shapes))
+'''
+
+
+def _raiser(exercise) -> str:
+    import inspect
+    ref = exercise.reference
+    target = ref.forward if inspect.isclass(ref) else ref
+    names = [n for n in inspect.signature(target).parameters if n != "self"]
+    if inspect.isclass(ref):
+        names += [n for n in inspect.signature(ref.__init__).parameters if n != "self"]
+    code = RAISER.format(names=names)
+    if exercise.kind == "class":
+        return code + (f"class {exercise.name}(_torch.nn.Module):\n"
+                       f"    def __init__(self, *args, **kwargs):\n        _raise_naming_everything(*args, **kwargs)\n")
+    return code + f"{exercise.name} = _raise_naming_everything\n"
+
+
+@pytest.mark.parametrize("chapter", [2, 9])
+def test_raising_the_right_error_without_computing_earns_nothing(sandbox, tmp_path, chapter):
+    path = next((ROOT / "solutions").glob(f"{chapter:02d}_*.ipynb"))
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for exercise in all_exercises(chapter):
+        nb = with_exercise_code(nb, exercise.label, _raiser(exercise))
+    (tmp_path / "raiser.ipynb").write_text(json.dumps(nb))
+    run = run_grading([Submission("raiser", tmp_path / "raiser.ipynb")], chapter, seed=3, sandbox=sandbox,
+                      time_limit=10)
+    result = run.results[0]
+    passed_error_checks = [c.check for e in result.exercises for c in e.checks if c.passed]
+    assert passed_error_checks, "the raising answer no longer passes any error check: the test shows nothing"
+    assert result.total == 0, [(e.label, e.points) for e in result.exercises if e.points]
+    assert any("count once every other check" in n for e in result.exercises for n in e.notes)

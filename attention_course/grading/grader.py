@@ -303,6 +303,24 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+ERROR_CHECKS_NOTE = ("the checks of error messages ({names}) count once every other check of the exercise "
+                     "passes: raising the right error without computing the result earns nothing")
+
+
+def _pay_error_checks_with_the_work(ep: ExercisePlan, result: ExerciseResult) -> None:
+    """A check whose reference raises on some call tests an error message. It pays only when the
+    exercise's value checks all pass: an answer that only raises ValueError naming every argument
+    once earned 0.4-1.3 points per chapter for computing nothing."""
+    errors = {cp.check.name for cp in ep.checks if any(o.get("status") == "raised" for o in cp.reference)}
+    if not errors or all(c.passed for c in result.checks if c.check not in errors):
+        return
+    withheld = [c for c in result.checks if c.check in errors and c.passed and c.points > 0]
+    for c in withheld:
+        c.points = 0.0
+    if withheld:
+        result.notes.append(ERROR_CHECKS_NOTE.format(names=", ".join(f"'{c.check}'" for c in withheld)))
+
+
 class Grader:
     """Grade submissions of one chapter with a :class:`~.sandbox.Sandbox`."""
 
@@ -353,6 +371,7 @@ class Grader:
                                                                           calls_path))
         result.elapsed = time.perf_counter() - start
         self._decide(ep, result, report, outcome, problem, stderr)
+        _pay_error_checks_with_the_work(ep, result)
         result.points = round(sum(c.points for c in result.checks), 4)
         if result.points == 0 and not result.reason:
             failed = [c for c in result.checks if not c.passed]
