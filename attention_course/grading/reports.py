@@ -20,7 +20,7 @@ SUMMARY_MD, HISTOGRAM_PNG, GRADES_CSV, LOG_NAME = "summary.md", "histogram.png",
 
 
 def _fmt(points: float) -> str:
-    return f"{points:.4f}".rstrip("0").rstrip(".") if points % 1 else f"{int(points)}"
+    return f"{points:.2f}".rstrip("0").rstrip(".") if round(points, 2) % 1 else f"{int(round(points))}"
 
 
 def safe_name(student: str) -> str:
@@ -63,11 +63,12 @@ def feedback_markdown(result, plan, title: Optional[str] = None) -> str:
             lines += [f"> Note: {note}", ""]
         shown = set()
         for c in er.checks:
+            worth = f" ({_fmt(c.points)} of {_fmt(round(c.max_points, 2))} pt)"
             if c.passed:
-                lines.append(f"- {PASS} {c.check}")
+                lines.append(f"- {PASS} {c.check}{worth}")
             else:
                 reason = c.reason if c.reason != er.reason else "see above"
-                lines.append(f"- {FAIL} {c.check}: {reason}")
+                lines.append(f"- {FAIL} {c.check}{worth}: {reason}")
                 if c.hint and c.hint not in shown:
                     lines.append(f"  - Hint: {c.hint}")
                     shown.add(c.hint)
