@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import weakref
 from typing import Optional
 
 import torch
@@ -266,6 +267,11 @@ class DecoderBlock(_Residual):
 
 # ------------------------------------------------------------------ the model
 
+# How many times encode ran, per model: kept here, not on the model, so that a subclass resetting
+# an attribute of its own cannot pass the "encoded once" check of Chapter 8's greedy decoding.
+_ENCODE_CALLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 class Transformer(nn.Module):
     """A small encoder-decoder Transformer with the interface of Chapter 7's ``Seq2Seq``.
 
@@ -296,7 +302,7 @@ class Transformer(nn.Module):
         mh.head_dim_of(d_model, num_heads)          # ValueError naming both when it does not divide
         self.d_model, self.num_heads, self.num_layers = d_model, num_heads, num_layers
         self.norm_first, self.max_len = norm_first, max_len
-        self.max_encodes, self.encode_calls = max_encodes, 0
+        self.max_encodes = max_encodes
         self.src_embedding = nn.Embedding(src_vocab_size, d_model)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
         self.register_buffer("positions", sinusoidal_encoding(max_len, d_model), persistent=False)
@@ -323,9 +329,9 @@ class Transformer(nn.Module):
         return self.drop(table(tokens) * math.sqrt(self.d_model) + self.positions[:length])
 
     def encode(self, src: torch.Tensor, src_lens: torch.Tensor) -> torch.Tensor:
-        self.encode_calls += 1
-        if self.max_encodes is not None and self.encode_calls > self.max_encodes:
-            raise RuntimeError(f"encode was called {self.encode_calls} times on this model "
+        calls = _ENCODE_CALLS[self] = _ENCODE_CALLS.get(self, 0) + 1
+        if self.max_encodes is not None and calls > self.max_encodes:
+            raise RuntimeError(f"encode was called {calls} times on this model "
                                f"(max_encodes={self.max_encodes}): the encoder output does not "
                                f"change while decoding, compute it once and reuse it")
         pad = padding_mask(src_lens, src.shape[1])

@@ -141,3 +141,10 @@ def test_using_an_earlier_exercises_package_piece_passes_both(label, code, sandb
                       sandbox=sandbox, time_limit=20)
     result = next(e for e in run.results[0].exercises if e.label == label)
     assert result.points == result.max_points, (result.reason, [c.reason for c in result.checks])
+
+
+def test_greedy_decoding_through_the_librarys_seq2seq_is_refused():
+    """Issue 21: ch07_ex3 got full marks by calling translation.Seq2Seq.greedy."""
+    from attention_course.answers import blocked_answers
+    from attention_course.registry import get_exercise
+    assert ("attention_course.translation", "Seq2Seq") in {e[:2] for e in blocked_answers(get_exercise("ch07_ex3"))}

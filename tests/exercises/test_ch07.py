@@ -50,3 +50,13 @@ def test_ch07_ex4_monotonicity_must_be_a_python_float():
     failed = [r for r in run_checks("ch07_ex4", as_tensor) if not r.passed]
     assert [r.check for r in failed] == ["the score is a Python float"], [r.line() for r in failed]
     assert "Python float" in failed[0].reason and "tensor" in failed[0].reason
+
+
+def test_ch07_ex4_a_constant_float_does_not_pass_the_type_check():
+    """Issue 21: the check of the score's type accepted any float, so a constant earned its points."""
+    def hard_alignment(weights):
+        if weights.dim() != 2 or weights.numel() == 0:
+            raise ValueError(f"weights must be a non-empty 2-D tensor, got shape {tuple(weights.shape)}")
+        return weights.argmax(dim=-1), 0.5
+    failed = {r.check for r in run_checks("ch07_ex4", hard_alignment) if not r.passed}
+    assert "the score is a Python float" in failed

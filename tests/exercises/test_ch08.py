@@ -334,3 +334,33 @@ def test_ch08_ex5_eos_step_cleared_is_a_kept_mistake():
 def test_ch08_ex5_reencoding_still_gets_its_hint():
     public = failed_checks("ch08_ex5", _student_greedy("re-encode"))
     assert public and all(r.mistake == "encoder run at every step" for r in public)
+
+
+def test_ch08_ex4_an_empty_dict_does_not_pass_the_type_check():
+    """Issue 21: the type check skipped missing keys, so an empty dict (or constants) earned its points."""
+    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab):
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        return {}
+    failed = {r.check for r in run_checks("ch08_ex4", encoder_decoder_shapes) if not r.passed}
+    assert "num_parameters is an int and every shape a tuple of ints (same call)" in failed
+
+
+def test_ch08_ex5_resetting_a_counter_of_its_own_does_not_pass_encoded_once():
+    """Issue 21: the count of encode calls lived on the student's model, so resetting it passed."""
+    class GreedyTransformer(tf.Transformer):
+        def greedy_decode(self, src, src_lens, max_len):
+            batch = src.shape[0]
+            prefix = torch.ones(batch, 1, dtype=torch.long)
+            tokens, rows = [], []
+            for _ in range(max_len):
+                self.encode_calls = 0          # the old counter's name, reset before every call
+                memory = self.encode(src, src_lens)
+                logits, weights = self.decode(prefix, memory, src_lens, return_weights=True)
+                token = logits[:, -1].argmax(-1)
+                tokens.append(token)
+                rows.append(weights[:, :, :, -1])
+                prefix = torch.cat([prefix, token[:, None]], dim=1)
+            return torch.stack(tokens, 1), torch.stack(rows, 3)
+    failed = {r.check for r in run_checks("ch08_ex5", GreedyTransformer) if not r.passed}
+    assert "the source is encoded once (the model allows one call of encode)" in failed

@@ -137,9 +137,12 @@ def _describe_plain(value):
 
 
 def _compare_shape_types(got, want, calls):
-    """num_parameters an int, every shape a tuple (or torch.Size) of ints; the values are the
-    business of the other checks."""
+    """num_parameters an int, every shape a tuple (or torch.Size) of ints, on a result whose keys
+    and values are right: an empty dict or constants must not pass a check of the types."""
     from ...checking import compare_outcome
+    wrong_values = _compare_shape_values(got, want, calls)
+    if wrong_values:
+        return wrong_values
     for g, w, c in zip(got, want, calls):
         if g.get("status") != "ok" or not (isinstance(g.get("value"), dict) and "__dict__" in g["value"]):
             reason = compare_outcome(g, w, _SHAPE_VALUES, c)
@@ -149,7 +152,7 @@ def _compare_shape_types(got, want, calls):
         values = g["value"]["__dict__"]
         for key in _SHAPE_KEYS:
             if key not in values:
-                continue            # a missing key is reported by the value checks
+                return f"result has no key {key!r}"
             value = values[key]
             if key == "num_parameters":
                 if type(value) is not int:
