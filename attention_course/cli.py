@@ -99,7 +99,7 @@ def _grade(args) -> int:
     target = Path(args.target)
     extra = Path(args.extra_checks) if args.extra_checks else None
     options = dict(seed=args.seed, jobs=args.jobs, time_limit=args.time_limit, memory_mb=args.memory_limit,
-                   extra_checks=extra)
+                   extra_checks=extra, per_student=not args.one_seed)
     try:
         if target.is_file():
             run = run_grading([Submission(target.stem, target)], args.chapter, **options)
@@ -205,6 +205,9 @@ def main(argv=None) -> int:
     grd.add_argument("--time-limit", type=float, default=10.0, help="seconds per exercise (default 10)")
     grd.add_argument("--memory-limit", type=int, default=1024, help="MB per exercise above the baseline (default 1024)")
     grd.add_argument("--extra-checks", help="folder of .py files adding private checks (trusted; run in the grader)")
+    grd.add_argument("--one-seed", action="store_true",
+                     help="every student gets the same hidden inputs (the seed's): about twice as fast, but "
+                          "students who share outputs share the hidden inputs (default: per student)")
     grd.set_defaults(func=_grade)
 
     gsc = sub.add_parser("gradescope", help="build a Gradescope autograder zip for a chapter")
