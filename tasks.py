@@ -7,6 +7,7 @@
                               actionlint for the workflow test, if missing)
     python3 tasks.py setup    only create/update the virtual environment (.venv)
     python3 tasks.py lock     pin every installed package in requirements.lock
+    python3 tasks.py pdf      the whole course as one PDF -> _build/course.pdf
 
 Arguments after the job go to the tool it runs: `python3 tasks.py lab --port 8890`,
 `python3 tasks.py test -k ch03`.
@@ -119,6 +120,16 @@ def book(extra: list) -> int:
     return status
 
 
+def pdf(extra: list) -> int:
+    """The whole course as one PDF (_build/course.pdf): builds the site, then prints it."""
+    status = book([])
+    if status != 0:
+        return status
+    ensure_chromium()
+    return _run([BIN / "attention-course", "pdf", "--root", ROOT, "--out", ROOT / "_build" / "course.pdf", *extra],
+                env=_env())
+
+
 def test(extra: list) -> int:
     setup()
     ensure_chromium()
@@ -146,7 +157,8 @@ def lock(extra: list) -> int:
 
 
 def main(argv: list) -> int:
-    jobs = {"lab": lab, "book": book, "test": test, "setup": lambda extra: (setup(), 0)[1], "lock": lock}
+    jobs = {"lab": lab, "book": book, "test": test, "setup": lambda extra: (setup(), 0)[1], "lock": lock,
+            "pdf": pdf}
     if not argv or argv[0] not in jobs:
         print(__doc__)
         return 2

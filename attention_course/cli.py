@@ -131,6 +131,21 @@ def _grade(args) -> int:
     return 0
 
 
+def _pdf(args) -> int:
+    from .pdf import PdfError, make_pdf
+    root = Path(args.root).resolve()
+    html_dir = Path(args.site) if args.site else (
+        root / "_build" / "html" if args.edition == "full" else root / "_build" / "student" / "_build" / "html")
+    try:
+        info = make_pdf(root, html_dir, Path(args.out), edition=args.edition)
+    except PdfError as error:
+        print(f"attention-course pdf: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: {info['pages']} pages, {len(info['bookmarks'])} bookmarked sections "
+          f"({args.edition} edition)")
+    return 0
+
+
 def _gradescope(args) -> int:
     from .grading.extra import ExtraChecksError
     from .grading.grader import default_seed
@@ -189,6 +204,13 @@ def main(argv=None) -> int:
     bld.add_argument("--out", help="output folder (default: the course folder for full, _build/student for student)")
     bld.add_argument("--root", default=".", help="the course folder (default: current folder)")
     bld.set_defaults(func=_build)
+
+    pdf = sub.add_parser("pdf", help="print a built site into one PDF (offline copy of the course)")
+    pdf.add_argument("--edition", choices=["full", "student"], default="full")
+    pdf.add_argument("--site", help="the built site's html folder (default: the edition's usual place)")
+    pdf.add_argument("--root", default=".", help="the course folder (default: current folder)")
+    pdf.add_argument("--out", default="_build/course.pdf")
+    pdf.set_defaults(func=_pdf)
 
     exe = sub.add_parser("execute", help="execute notebooks in place (authors: refresh a solution notebook's outputs)")
     exe.add_argument("notebooks", nargs="+")
