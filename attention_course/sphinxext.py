@@ -17,6 +17,7 @@ Config value ``attention_course_edition`` is ``"full"`` (default) or ``"student"
 """
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -83,6 +84,31 @@ def _ship_student_notebooks(app, exception):
             shutil.copyfile(student, target)
 
 
+# What the theme and docutils write that fails WCAG 2.1 A/AA under axe-core (tests/test_site.py):
+# a search button whose aria-label ("Search") leaves out its visible text ("Search Ctrl+K"), so
+# the button is named by its text instead; bibliography entries with the deprecated ARIA role
+# doc-biblioentry inside role="list", which needs listitem children; and the colour-mode button.
+_A11Y_FIXES = [
+    (re.compile(r'(<button class="btn search-button-field[^"]*"[^>]*?) aria-label="Search"'), r"\1"),
+    (re.compile(r'role="doc-biblioentry"'), 'role="listitem"'),
+    # The colour-mode button is named "Color mode", but its icons' titles (Light, Dark, System
+    # Settings) count as its visible text: the icons are decoration.
+    (re.compile(r'(<i class="theme-switch [^"]*"\s+data-mode="\w+")\s+title="[^"]*"'), r'\1 aria-hidden="true"'),
+]
+
+
+def _fix_accessibility(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        fixed = text
+        for pattern, replacement in _A11Y_FIXES:
+            fixed = pattern.sub(replacement, fixed)
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
+
+
 def setup(app):
     app.add_config_value("attention_course_edition", "full", "html")
     app.add_config_value("attention_course_notebooks", "", "html")
@@ -91,4 +117,5 @@ def setup(app):
     app.connect("html-page-context", _drop_duplicate_scripts, priority=600)
     app.connect("doctree-resolved", _hide_solution_markers)
     app.connect("build-finished", _ship_student_notebooks)
+    app.connect("build-finished", _fix_accessibility)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

