@@ -382,8 +382,12 @@ def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] =
     return results
 
 
-def check(label: str, obj: Any = None, time_limit: Optional[float] = None) -> None:
+def check(label: str, obj: Any = None, time_limit: Optional[float] = None, thorough: bool = False) -> None:
     """Run the public checks of exercise ``label`` on ``obj`` and print one line each.
+
+    With ``thorough=True`` (self-study), every check runs, the hidden ones included, on inputs
+    drawn from a fresh random seed, with their feedback and no points: an answer that passes the
+    public checks but fails on inputs they do not try is found before grading does.
 
     It never raises because of the object under test: a failing, crashing, missing or
     endless implementation prints ✗ lines with a hint. Each check may take at most
@@ -392,12 +396,14 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None) -> No
     the kernel stays usable. An unknown label is a clear error listing the known labels.
     """
     exercise = get_exercise(label)
+    kind = "checks" if thorough else "public checks"
+    count = len(exercise.checks) if thorough else len(exercise.public_checks)
     module = getattr(obj, "__module__", None) or ""
     if module.split(".")[0] == __name__.split(".")[0]:
         # The package holds finished versions of some exercises (for later chapters);
         # checking one of those would only check the course against itself.
         name = getattr(obj, "__qualname__", type(obj).__name__)
-        print(f"{label} \u00b7 {exercise.name}: 0/{len(exercise.public_checks)} public checks passed")
+        print(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
         print(f"  {FAIL} you passed {module}.{name}, the course package's own version, not yours: "
               f"pass the {exercise.name} defined in your exercise cell. (Graded work that calls the "
               f"package's answer to this exercise earns no credit.)")
@@ -406,12 +412,20 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None) -> No
     refused = refusal_for(exercise, obj)
     if refused:
         # The grader refuses this class where the cell defines it: say so in its words.
-        print(f"{label} \u00b7 {exercise.name}: 0/{len(exercise.public_checks)} public checks passed")
+        print(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
         print(f"  {FAIL} {refused}")
         return
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
-    results = run_checks(label, obj, time_limit=limit, refuse_answers=True)
-    passed = sum(r.passed for r in results)
-    print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} public checks passed")
+    if thorough:
+        import secrets
+        seed = secrets.randbelow(2 ** 31)
+        results = run_checks(label, obj, hidden=True, seed=seed, time_limit=limit, refuse_answers=True)
+        passed = sum(r.passed for r in results)
+        print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} checks passed on fresh inputs "
+              f"(seed {seed}; the hidden checks included; no points)")
+    else:
+        results = run_checks(label, obj, time_limit=limit, refuse_answers=True)
+        passed = sum(r.passed for r in results)
+        print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} public checks passed")
     for r in results:
         print("  " + r.line().replace("\n", "\n  "))

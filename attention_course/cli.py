@@ -250,6 +250,8 @@ def main(argv=None) -> int:
     prg.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
                      help="sandboxed workers (default: 2)")
     prg.add_argument("--time-limit", type=float, default=10.0, help="seconds per exercise (default 10)")
+    prg.add_argument("--thorough", action="store_true",
+                     help="run every check, the hidden ones too, on fresh inputs (no points)")
     prg.set_defaults(func=_progress)
 
     new = sub.add_parser("new-exercise", help="authors: the skeleton of a new exercise (its module, its import, "

@@ -105,11 +105,12 @@ def identify(path: Path) -> tuple:
 
 # ------------------------------------------------------------------ running the public checks
 
-def public_plan(chapter: int):
-    """A grading plan holding each exercise's public checks at their fixed seeds."""
+def public_plan(chapter: int, thorough_seed: Optional[int] = None):
+    """A grading plan holding each exercise's public checks at their fixed seeds; with
+    ``thorough_seed``, every check (hidden ones included) on inputs drawn from that seed."""
     import torch
 
-    from .checking import outcomes_for
+    from .checking import hidden_seed, outcomes_for
     from .grading.grader import CheckPlan, ExercisePlan, GradingPlan, _blocked_names, standard_setup
     from .registry import all_exercises
 
@@ -118,13 +119,15 @@ def public_plan(chapter: int):
         plans = []
         for ex in all_exercises(chapter):
             checks = []
-            for index, check in enumerate(ex.public_checks):
-                calls = check.make_calls(check.seed)
-                checks.append(CheckPlan(check, index, check.seed, calls, outcomes_for(ex.reference, calls, ex.kind)))
+            chosen = ex.checks if thorough_seed is not None else ex.public_checks
+            for index, check in enumerate(chosen):
+                seed = hidden_seed(thorough_seed, index) if thorough_seed is not None else check.seed
+                calls = check.make_calls(seed)
+                checks.append(CheckPlan(check, index, seed, calls, outcomes_for(ex.reference, calls, ex.kind)))
             plans.append(ExercisePlan(ex, ex.label, checks, _blocked_names(ex)))
     finally:
         torch.random.set_rng_state(state)
-    return GradingPlan(chapter, 0, plans, standard_setup(chapter))
+    return GradingPlan(chapter, thorough_seed or 0, plans, standard_setup(chapter))
 
 
 def _status(result) -> tuple:
@@ -143,7 +146,7 @@ def _status(result) -> tuple:
 
 
 def run_progress(notebooks: list, jobs: int = 2, time_limit: float = 10.0, memory_mb: int = 1024,
-                 progress=None) -> list:
+                 progress=None, thorough_seed: Optional[int] = None) -> list:
     """Check every exercise of the course notebooks ``notebooks`` ((path, chapter, title)
     triples); ``progress()`` is called once per exercise checked."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -160,7 +163,7 @@ def run_progress(notebooks: list, jobs: int = 2, time_limit: float = 10.0, memor
     sandbox = Sandbox(jobs=jobs)
     try:
         sandbox.launch()  # the sandbox's processes import torch while the plans are computed
-        plans = {chapter: public_plan(chapter) for chapter in sorted({c for _, c, _ in notebooks})}
+        plans = {chapter: public_plan(chapter, thorough_seed) for chapter in sorted({c for _, c, _ in notebooks})}
         sandbox.wait_ready()
         graders = {chapter: Grader(plan, sandbox, time_limit, memory_mb) for chapter, plan in plans.items()}
         books, tasks = [], []
@@ -312,15 +315,26 @@ def main(args) -> int:
         total = sum(len(all_exercises(chapter)) for _, chapter, _ in notebooks)
         bar = tqdm(total=total, desc="checking your exercises", unit="exercise", file=sys.stderr, leave=False)
     start = time.perf_counter()
+    thorough_seed = None
+    if getattr(args, "thorough", False):
+        import secrets
+        thorough_seed = secrets.randbelow(2 ** 31)
     try:
         books = run_progress(notebooks, jobs=args.jobs, time_limit=args.time_limit,
-                             progress=(lambda: bar.update(1)) if bar else None)
+                             progress=(lambda: bar.update(1)) if bar else None, thorough_seed=thorough_seed)
     finally:
         if bar:
             bar.close()
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-    print(render(books, skipped, color=color), end="")
-    note = (f"(the public checks of the check cells, run in a sandbox in {time.perf_counter() - start:.1f} s; "
-            f"a graded assignment uses hidden checks too)")
+    text = render(books, skipped, color=color)
+    if thorough_seed is not None:
+        text = text.replace("public checks", "checks")
+    print(text, end="")
+    if thorough_seed is None:
+        note = (f"(the public checks of the check cells, run in a sandbox in {time.perf_counter() - start:.1f} s; "
+                f"a graded assignment uses hidden checks too: `attention-course progress --thorough` runs them)")
+    else:
+        note = (f"(every check, the hidden ones included, on fresh inputs (seed {thorough_seed}), run in a sandbox "
+                f"in {time.perf_counter() - start:.1f} s; no points)")
     print(_Style(color)(note, "dim"), flush=True)
     return 0
