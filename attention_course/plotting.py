@@ -7,6 +7,19 @@ import matplotlib.pyplot as plt
 import torch
 
 
+def annotation_colour(image, value: float) -> str:
+    """Black or white, whichever contrasts more with the cell's colour (WCAG's relative
+    luminance): black numbers on the darkest cells of a heatmap could not be read."""
+    red, green, blue, _ = image.cmap(image.norm(value))
+
+    def linear(channel):
+        return channel / 12.92 if channel <= 0.03928 else ((channel + 0.055) / 1.055) ** 2.4
+
+    luminance = 0.2126 * linear(red) + 0.7152 * linear(green) + 0.0722 * linear(blue)
+    # Contrast with black is (L + 0.05) / 0.05, with white 1.05 / (L + 0.05): equal at L = 0.179.
+    return "black" if luminance > 0.179 else "white"
+
+
 def show_heatmaps(matrices, xlabel: str = "Keys", ylabel: str = "Queries",
                   titles: Optional[Sequence[str]] = None, figsize=(3.0, 3.0),
                   cmap: str = "Reds", xticklabels=None, yticklabels=None,
@@ -44,7 +57,8 @@ def show_heatmaps(matrices, xlabel: str = "Keys", ylabel: str = "Queries",
                 for (r, c), value in zip(torch.cartesian_prod(torch.arange(matrix.shape[0]),
                                                               torch.arange(matrix.shape[1])).tolist(),
                                          matrix.flatten().tolist()):
-                    ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=8)
+                    ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                            color=annotation_colour(image, value))
             if i == num_rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:
