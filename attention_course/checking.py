@@ -232,6 +232,58 @@ def compare_all(got: list, want: list, check: Check, calls: list, require_messag
     return None
 
 
+def _describe_input(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"of shape {tuple(value.shape)}" + ("" if value.dtype == torch.float32 else f" ({value.dtype})")
+    if isinstance(value, (list, tuple)) and len(value) <= 6:
+        return "(" + ", ".join(_describe_input(v) for v in value) + ")"
+    return _describe(value) if not isinstance(value, (int, float, bool, str, type(None))) else repr(value)[:40]
+
+
+def describe_inputs(exercise: Exercise, call) -> str:
+    """The inputs of one call, by the reference's argument names: "weights of shape (3, 5), ..."."""
+    import inspect
+    target = exercise.reference
+    args, kwargs = list(call.args), dict(call.kwargs)
+    if exercise.kind == "class":
+        target = getattr(target, call.method or "forward", target)
+    try:
+        names = [n for n in inspect.signature(target).parameters if n != "self"]
+    except (TypeError, ValueError):
+        names = []
+    parts = [f"{names[i] if i < len(names) else f'argument {i + 1}'} {_describe_input(a)}"
+             for i, a in enumerate(args)]
+    parts += [f"{k} {_describe_input(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+def _first_failing_call(got: list, want: list, check: Check, calls: list) -> Optional[int]:
+    if check.compare is not None:
+        return None
+    for i, (g, w, c) in enumerate(zip(got, want, calls)):
+        if compare_outcome(g, w, check, c) is not None:
+            return i
+    return None
+
+
+def _with_inputs(reason: str, exercise: Exercise, check: Check, calls: list, got: list, want: list) -> str:
+    """A shape or an error is easier to fix knowing what went in: name the failing call's inputs."""
+    index = _first_failing_call(got, want, check, calls)
+    if index is None:
+        return reason
+    outcome = got[index]
+    shape_problem = "has shape" in reason or (outcome.get("status") == "raised"
+                                              and outcome.get("error_type") != "NotImplementedError"
+                                              and want[index].get("status") != "raised")
+    if not shape_problem:
+        return reason
+    try:
+        inputs = describe_inputs(exercise, calls[index])
+    except Exception:  # noqa: BLE001 - a description must never hide the reason itself
+        return reason
+    return f"{reason} [inputs: {inputs}]" if inputs else reason
+
+
 def _any_raised(outcomes: list) -> bool:
     return any(o.get("status") == "raised" for o in outcomes)
 
@@ -259,6 +311,7 @@ def judge(exercise: Exercise, check: Check, calls: list, got: list,
                     and NO_CREDIT_MARK in str(g.get("message", ""))), None)
     if refused:  # the course's own answer was called: no hint of a mistake applies
         return CheckResult(exercise.label, check.name, False, refused, "")
+    reason = _with_inputs(reason, exercise, check, calls, got, want)
     for mistake in exercise.mistakes:
         theirs = outcomes_for(mistake.impl, calls, exercise.kind)
         if compare_all(theirs, want, check, calls) is None:

@@ -273,3 +273,14 @@ def test_a_dict_contract_accepts_dict_subclasses():
         assert not run_checks("ch99_ex3", lambda x: [("x", tuple(x.shape))])[0].passed
     finally:
         del REGISTRY["ch99_ex3"]
+
+
+def test_a_shape_error_names_the_inputs_by_argument(demo, capsys):
+    """Issue 28: feedback on a shape error only restated the goal; it now says what went in."""
+    check("ch99_ex1", lambda weights, values: weights @ values.T)
+    out = capsys.readouterr().out
+    assert "raised RuntimeError" in out
+    assert "[inputs: weights of shape (3, 5), values of shape (5, 2)]" in out
+    check("ch99_ex1", lambda weights, values: (weights @ values)[0])
+    assert "has shape (2,), expected (3, 2) [inputs: weights of shape (3, 5), values of shape (5, 2)]" \
+        in capsys.readouterr().out
