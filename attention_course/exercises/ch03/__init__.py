@@ -5,6 +5,9 @@ ch03_ex2  scaled_dot_product_attention(queries, keys, values, valid_lens=None) -
 ch03_ex3  AdditiveAttention(query_size, key_size, num_hiddens)  (an nn.Module)
 ch03_ex4  attention_shapes(queries_shape, keys_shape, values_shape, num_hiddens) -> dict of shapes
 ch03_ex5  BilinearAttention(query_size, key_size)  (an nn.Module): the "general" score q^T W k
+ch03_ex6  unit_variance_scale(query_var, key_var): the scale that gives scores variance 1 when the
+          coordinates of queries and keys have unequal variances (a derivation turned into code;
+          TRANSFER: the page prints only the case of variance 1); one check samples 20,000 pairs
 
 The references of ex1-ex3 are the finished building blocks of
 :mod:`attention_course.functional`. A row whose valid length is 0 gets all-zero
@@ -30,4 +33,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex3_additive_attention,
     ex4_attention_shapes,
     ex5_bilinear_attention,
+    ex6_unit_variance_scale,
 )
