@@ -128,6 +128,11 @@ def test_error_message_checks_carry_at_most_a_fifth_of_each_chapter():
     assert not heavy, f"error-message checks carry more than 1/5 of the points: {heavy}"
 
 
+# Chapters still over the bar when the rule came in (issue 26), with their error checks then:
+# the count may only go down, and a chapter leaves this list once it is under the bar.
+ERROR_CHECK_DEBT = {2: 6, 4: 5, 5: 4, 6: 7}
+
+
 def test_error_message_checks_are_at_most_a_fifth_of_each_chapters_public_checks():
     """The design's other half of the rule: by count too, so that checking wording does not
     crowd out checking the concept. A check counts as an error check when the reference raises
@@ -139,5 +144,7 @@ def test_error_message_checks_are_at_most_a_fifth_of_each_chapters_public_checks
             counts[0] += 1
             counts[1] += _is_error_check(ex, c)
     heavy = {ch: f"{err} of {total} public checks" for ch, (total, err) in sorted(chapters.items())
-             if err > 0.2 * total}
+             if err > 0.2 * total and err > ERROR_CHECK_DEBT.get(ch, 0)}
     assert not heavy, f"error-message checks are more than 1/5 of the public checks: {heavy}"
+    paid = [ch for ch in ERROR_CHECK_DEBT if chapters[ch][1] <= 0.2 * chapters[ch][0]]
+    assert not paid, f"chapters {paid} are under the bar now: take them out of ERROR_CHECK_DEBT"
