@@ -5,6 +5,8 @@ ch06_ex2  merge_heads(x)                (batch, heads, tokens, head_dim) -> (bat
 ch06_ex3  MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
 ch06_ex4  fuse_head_weights(query_weights, key_weights, value_weights) -> in_proj_weight
 ch06_ex5  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
+ch06_ex6  attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias) -> dict of ints:
+          parameters, entries of the attention weights and multiply-adds (an accounting; TRANSFER)
 
 Conventions fixed by this chapter (stated in each exercise's contract):
 
@@ -36,4 +38,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex3_multi_head_attention,
     ex4_fuse_head_weights,
     ex5_per_head_masked_attention,
+    ex6_attention_layer_cost,
 )
