@@ -8,6 +8,9 @@
   the squared distance over the temperature) and a nonvolitional one (a salience per key)
   combined into one weight matrix: weights proportional to ``salience * exp(score)``,
   numerically stable. The chapter shows the two cues only separately.
+* ``ch01_ex5`` ``zero_temperature_weights(queries, keys)`` -- the limit of the soft lookup as the
+  temperature goes to 0, ties included (equal weights on every nearest key): TRANSFER, the chapter
+  states the limit only in words and ``hard_lookup`` breaks ties by index.
 
 Every check draws its inputs from a local generator seeded by the check's seed. Error
 checks start with one valid call, so that an implementation that raises for every input
@@ -26,4 +29,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex2_normalize_weights,
     ex3_hard_lookup,
     ex4_cued_weights,
+    ex5_zero_temperature_weights,
 )
