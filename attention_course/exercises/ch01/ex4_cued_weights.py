@@ -110,6 +110,16 @@ def _cued_far_only_calls(seed):
     return _cued_far_calls(seed)[:1]
 
 
+def _cued_switched_off_calls(seed):
+    """The trap the statement warns about, in a public check: query 0's nearest key is switched off
+    (salience 0) and every other key is hundreds of squared units further; query 1 is as near to two
+    keys of saliences 1 and 3 (weights 1/4 and 3/4); query 2 is far from every key."""
+    keys = torch.tensor([[0.5, 0.0], [22.0, 0.0], [0.0, -23.0], [30.0, 30.0], [30.5, 30.0]])
+    salience = torch.tensor([0.0, 1.0, 2.0, 1.0, 3.0])
+    queries = torch.tensor([[0.0, 0.0], [30.25, 30.0], [100.0, 100.0]])
+    return [Call(args=(queries, keys, salience))]
+
+
 def _cued_off_calls(seed):
     return _cued_far_calls(seed)[1:]
 
@@ -190,6 +200,20 @@ mistakes.add("exp then divide (underflow)",
              "exponentiating scores near -2e4 underflows to 0 and 0/0 gives NaN; shift the "
              "scores by their row maximum (or use a built-in that does) before exponentiating.",
              _cued_mistake(_cued_naive))
+
+
+def _cued_shift_over_all_keys(sq, salience, temperature):
+    scores = -sq / temperature
+    weighted = salience * torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
+    return weighted / weighted.sum(dim=-1, keepdim=True)
+
+
+mistakes.add("shifted by the maximum over every key",
+             "you shifted the scores by their maximum over every key, switched-off ones included: when the "
+             "nearest key has salience 0, every key that can get weight lies far below that maximum, its "
+             "exp underflows to 0 and the row becomes 0/0. Shift by the maximum over the keys of positive "
+             "salience (adding log(salience) to the scores first does this).",
+             _cued_mistake(_cued_shift_over_all_keys))
 
 
 mistakes.add("no check of the salience",
@@ -287,6 +311,11 @@ register(Exercise(
               compare=finite_then_close(1e-4, 1e-5),
               hint="the queries are about 140 units from every key, so the squared distances are "
                    "near 2e4; look at what exp does with such numbers in float32."),
+        Check("the nearest key switched off, a tie of two keys, a query far from every key: finite weights",
+              _cued_switched_off_calls, seed=7, compare=finite_then_close(1e-4, 1e-5),
+              hint="query 0's nearest key has salience 0 and every other key is hundreds of squared units "
+                   "further; query 1 is as near to two keys of different saliences; query 2 is far from "
+                   "every key."),
         Check("float64 inputs give float64 weights", _cued_float64_calls, seed=5,
               hint="the result has the dtype of queries; look at every tensor you create."),
         Check("bad temperature or salience raise ValueError naming the culprit",
