@@ -10,7 +10,7 @@ a dropout with probability `dropout` (an `nn.Dropout(dropout)` is simplest); and
 **non-persistent** buffer named `mask`, built once from `context_length`, that holds the causal
 mask (a bool `(context_length, context_length)` tensor, `True` strictly above the diagonal, is
 simplest; the checks look at the buffer's name, not its layout, so another layout that your
-`forward` uses correctly is fine). The checks load the parameters with `load_state_dict`, and
+`forward` uses correctly is fine); the layer has no other parameters or buffers. The checks load the parameters with `load_state_dict`, and
 check dropout by properties of many seeded draws (their mean approaches the eval-mode output,
 their spread is that of dropout with probability `dropout`, and with every value vector equal the
 draws must vary only as dropped attention weights make them), so any correct inverted dropout on
