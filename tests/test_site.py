@@ -193,3 +193,21 @@ def test_every_page_passes_axe_core_wcag_21_aa(browser, sites, edition):
             problems.append(f"{name}: {v['id']} ({v['help']}) x{v['nodes']} at {v['where']}")
     context.close()
     assert not problems, "\n".join(problems[:30])
+
+
+@pytest.mark.parametrize("edition", ["full", "student"])
+def test_every_figure_has_alt_text_that_describes_it(browser, sites, edition):
+    """axe-core accepts any alt attribute, and MyST-NB writes a figure's file name there; a reader
+    of a screen reader needs what the figure shows (cell metadata mystnb.image.alt)."""
+    _, html_dir = sites[edition]
+    missing = []
+    for name in _pages(html_dir):
+        text = (html_dir / name).read_text(encoding="utf-8")
+        for tag in re.findall(r"<img [^>]*>", text):
+            alt = re.search(r'alt="([^"]*)"', tag)
+            alt = alt.group(1) if alt else ""
+            if "_static/images/logo" in tag:
+                continue  # the theme's launch-button logos, named by the button's text
+            if len(alt.split()) < 4 or re.search(r"\.(png|svg|jpe?g)$", alt):
+                missing.append(f"{name}: {tag[:120]}")
+    assert not missing, f"{len(missing)} figures without a description:\n" + "\n".join(missing[:20])
