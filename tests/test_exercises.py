@@ -148,3 +148,15 @@ def test_error_message_checks_are_at_most_a_fifth_of_each_chapters_public_checks
     assert not heavy, f"error-message checks are more than 1/5 of the public checks: {heavy}"
     paid = [ch for ch in ERROR_CHECK_DEBT if chapters[ch][1] <= 0.2 * chapters[ch][0]]
     assert not paid, f"chapters {paid} are under the bar now: take them out of ERROR_CHECK_DEBT"
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.label)
+def test_check_hints_describe_rather_than_blame(exercise):
+    """A check's own hint says what the check compares and where to look, never a cause: only an
+    answer that behaves like a kept mistake gets that mistake's hint (every chapter; chapters 3, 4
+    and 9 also keep their own copy of this test)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from exercise_helpers import BLAMING
+    blaming = [(check.name, words) for check in exercise.checks for words in BLAMING if words in check.hint.lower()]
+    assert not blaming, blaming

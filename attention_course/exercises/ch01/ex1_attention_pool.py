@@ -210,14 +210,14 @@ register(Exercise(
               hint="with a leading batch dimension, each batch element pools its own values "
                    "with its own weights; the result has shape (batch, num_queries, d_v)."),
         Check("weights that do not sum to one are used as given", _pool_unnormalized_calls, seed=2,
-              hint="this check's weight rows do not sum to one; the contract's formula applies "
+              hint="this check's weight rows sum to other totals than one; the contract's formula applies "
                    "to them unchanged."),
         Check("float64 inputs give a float64 result", _pool_float64_calls, seed=5,
-              hint="the result has the dtype of the inputs; look at every place where a new "
+              hint="the result has the dtype of the inputs, through every place where a new "
                    "tensor is created or converted."),
         Check("mismatched shapes raise ValueError naming both arguments and shapes",
               _pool_bad_calls, seed=3, must_mention=_mentions_both_shapes, weight=ERROR_WEIGHT,
-              hint="the calls after the first have shapes that do not fit (number of dimensions, "
+              hint="the calls after the first have shapes that cannot fit (number of dimensions, "
                    "number of keys, batch size); the ValueError must name weights, values and "
                    "both shapes."),
         Check("a larger batch, a single key and float64 (hidden)", _pool_big_calls, seed=4,

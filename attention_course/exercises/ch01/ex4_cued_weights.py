@@ -301,8 +301,8 @@ register(Exercise(
               hint="the same inputs at two temperatures: only the distance term depends on the "
                    "temperature."),
         Check("a salience of 0 switches a key off", _cued_zero_calls, seed=2,
-              hint="two keys of this check have salience 0; look at their columns and at the "
-                   "row sums."),
+              hint="two keys of this check have salience 0; the reason above says whether their columns or the "
+                   "row sums differ."),
         Check("the nearest key switched off and every other key far: finite weights (hidden)",
               _cued_off_calls, seed=6, public=False, weight=0.5, compare=finite_then_close(1e-4, 1e-5),
               hint="the key nearest to the query has salience 0 and the others are some 400 squared "
@@ -310,14 +310,14 @@ register(Exercise(
         Check("queries far from every key still give finite weights", _cued_far_only_calls, seed=3,
               compare=finite_then_close(1e-4, 1e-5),
               hint="the queries are about 140 units from every key, so the squared distances are "
-                   "near 2e4; look at what exp does with such numbers in float32."),
+                   "near 2e4, where exp of such numbers underflows in float32."),
         Check("the nearest key switched off, a tie of two keys, a query far from every key: finite weights",
               _cued_switched_off_calls, seed=7, compare=finite_then_close(1e-4, 1e-5),
               hint="query 0's nearest key has salience 0 and every other key is hundreds of squared units "
                    "further; query 1 is as near to two keys of different saliences; query 2 is far from "
                    "every key."),
         Check("float64 inputs give float64 weights", _cued_float64_calls, seed=5,
-              hint="the result has the dtype of queries; look at every tensor you create."),
+              hint="the result has the dtype of queries, through every tensor created on the way."),
         Check("bad temperature or salience raise ValueError naming the culprit",
               _cued_bad_calls, seed=4, must_mention=_cued_mentions, weight=ERROR_WEIGHT,
               hint="calls 2 to 5 pass a temperature <= 0, a negative salience and an all-zero "

@@ -283,8 +283,8 @@ register(Exercise(
     name="nadaraya_watson", reference=nadaraya_watson, points=3,
     checks=[
         Check("one batch: 7 queries, 9 keys, width 0.5", _nw_one_calls, seed=0,
-              hint="weights[b, i, j] compares query i with key j of batch b; look at the row sums "
-                   "of your weights and at one row computed by hand."),
+              hint="weights[b, i, j] compares query i with key j of batch b; every row sums to one "
+                   "over the keys, and one row can be computed by hand."),
         Check("a batch of 3 with 4 queries and 6 keys", _nw_batch_calls, seed=1,
               hint="this check compares (predictions, weights) for 3 problems of 4 queries and 6 keys: "
                    "weights[b, i, j] is the softmax over j of -(queries[b, i] - keys[b, j])² / (2 width²), "

@@ -400,8 +400,8 @@ register(Exercise(
     checks=[
         Check("2 sequences of context_length=6 tokens, eval mode (parameters, buffer)", _attn_full_calls,
               hint="this check loads given projections with load_state_dict, lists parameter shapes and "
-                   "buffer names, and compares the eval-mode output: look at each step (project, score, "
-                   "scale, mask, softmax, weight the values) and at the contract's names."),
+                   "buffer names, and compares the eval-mode output of each step (project, score, "
+                   "scale, mask, softmax, weight the values), with the contract's names."),
         Check("inputs shorter than context_length (5 tokens and 1 token of 8)", _attn_short_calls,
               hint="this check passes sequences shorter than context_length, with given projections."),
         Check("changing only later tokens leaves earlier outputs unchanged", _attn_future_calls,

@@ -293,8 +293,8 @@ register(Exercise(
               hint="compare your parameters' names and shapes with the list in the exercise: W_q and W_k "
                    "(num_hiddens -> num_hiddens), w_v (num_hiddens -> 1), no biases, and the GRU cell."),
         Check("3 sequences of 6 encoder steps with padding (embed_size 3, num_hiddens 5)", _bstep_padded,
-              seed=1, hint="this check compares hidden, context and weights: look at the scores, the padding, "
-                           "the weighted sum and what the GRU cell receives."),
+              seed=1, hint="this check compares hidden, context and weights: the scores, the padding, "
+                           "the weighted sum and what the GRU cell receives each play a part."),
         Check("embed_size equal to num_hiddens", _bstep_same_sizes, seed=2,
               hint="this check uses embed_size == num_hiddens and compares hidden, context and weights; "
                    "the reason above names the first that differs."),

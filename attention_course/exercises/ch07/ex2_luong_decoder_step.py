@@ -214,8 +214,8 @@ register(Exercise(
               hint="compare your parameters' names and shapes with the list in the exercise: the GRU cell "
                    "reads only the embedding; W_a and W_c have no bias."),
         Check("3 sequences of 6 encoder steps with padding (embed_size 3, num_hiddens 5)", _lstep_padded,
-              seed=1, hint="this check compares hidden, attentional and weights: look at the order of the "
-                           "steps (update first), the score, the padding and the attentional vector."),
+              seed=1, hint="this check compares hidden, attentional and weights: the order of the "
+                           "steps (update first), the score, the padding and the attentional vector each play a part."),
         Check("2 sequences without padding (embed_size 2, num_hiddens 4)", _lstep_full, seed=2,
               hint="without padding only the update, the score and the attentional vector matter: "
                    "check them one by one."),

@@ -202,8 +202,8 @@ register(Exercise(
     reference=GreedyDecoder, kind="class", points=2,
     checks=[
         Check("3 sequences, 6 output steps", _greedy_small, seed=0,
-              hint="this check compares the tokens and the weights of every step: look at what each step "
-                   "is fed (token and state) and at what you record."),
+              hint="this check compares the tokens and the weights of every step: what each step "
+                   "is fed (token and state) and what is recorded."),
         Check("a different bos token", _greedy_bos, seed=1,
               hint="this check passes bos=4 and compares the tokens and the weights of every step; the "
                    "reason above names the first that differs."),

@@ -277,7 +277,7 @@ register(Exercise(
     checks=[
         Check("3 sequences of lengths 5, 2 and 4 padded to 5 steps", _bi_padded, seed=0,
               hint="this check has padding: compare, at each valid position, the forward half and the "
-                   "backward half separately, and look at the padding positions."),
+                   "backward half separately, and the padding positions."),
         Check("sequences without padding, and a sequence of one character", _bi_no_padding, seed=1,
               hint="without padding the output is the plain bidirectional GRU's: check the order of the "
                    "two halves and the positions of the backward states."),
