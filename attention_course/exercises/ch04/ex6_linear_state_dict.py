@@ -1,7 +1,7 @@
 """ch04_ex6: From nn.Parameter matrices to nn.Linear weights.
 
 The chapter's `CompactSelfAttention` holds its projections as `(d_in, d_out)` matrices,
-used as `x @ W`; the `SelfAttention` of exercise {ref}`ch04_ex3` holds `nn.Linear` layers.
+used as `x @ W`; the `SelfAttention` of {ref}`ch04_ex3` holds `nn.Linear` layers.
 Write `linear_state_dict(W_query, W_key, W_value)` that turns the three matrices into a
 state dict for `SelfAttention(d_in, d_out)` (with `qkv_bias=False`), such that after
 `load_state_dict` it computes exactly what `CompactSelfAttention(W_query, W_key, W_value)`

@@ -3,7 +3,7 @@ r"""ch04_ex7: The offset matrix M_k.
 Write `offset_matrix(k, d_model)` returning the matrix $M_k$ of the section on relative
 positions: a `torch.float32` tensor of shape `(d_model, d_model)` such that
 `M_k @ PE[pos]` equals `PE[pos + k]` for every position `pos`, where `PE` is the
-sinusoidal table of exercise {ref}`ch04_ex5` (sine in column $2i$, cosine in column
+sinusoidal table of {ref}`ch04_ex5` (sine in column $2i$, cosine in column
 $2i+1$).
 
 - `k`: a Python `int`, which may be negative or zero ($M_0$ is the identity).
