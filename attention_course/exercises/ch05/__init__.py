@@ -1,5 +1,10 @@
 """Chapter 5 exercises: causal masking and dropout on attention weights.
 
+ch05_ex5, ``diagnose_dropout(draws, p)``, is the course's diagnosis exercise (TRANSFER): from the
+outputs of a dropout layer called many times on all-ones weights, tell a correct inverted dropout
+from one that does not rescale, rescales by 1 - p, reuses one mask, or is switched off. Its checks
+draw those outputs from trusted layers of each kind.
+
 Conventions fixed by this chapter (stated in each exercise's contract):
 
 * A boolean attention mask is ``True`` where a query must **not** attend to a key
@@ -36,4 +41,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex2_attention_dropout,
     ex3_causal_attention,
     ex4_offset_causal_mask,
+    ex5_diagnose_dropout,
 )
