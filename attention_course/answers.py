@@ -110,45 +110,18 @@ def refusal_for(exercise, obj) -> str | None:
 @contextlib.contextmanager
 def answers_refused(exercise) -> Iterator[None]:
     """Disable, for the duration of the block, every library answer to ``exercise`` and its
-    reference, as the grading child does for good; restore them afterwards."""
+    reference with the grading child's own disablers, and restore the code they replaced."""
     import sys
-    from .grading.zygote_main import _own_functions, _raising_code
+    from .grading.zygote_main import _disable_class, _disable_function
     undo = []
-
-    def disable_function(function, message):
-        seen = set()
-        while isinstance(function, types.FunctionType) and id(function) not in seen:
-            seen.add(id(function))
-            undo.append((function, "__code__", True, function.__code__))
-            function.__code__ = _raising_code(message, len(function.__code__.co_freevars))
-            function = getattr(function, "__wrapped__", None)
-
-    def disable_class(cls, message, seen):
-        # Its own methods (__init__ and forward among them) raise; __new__ is left alone here,
-        # because CPython cannot give a class back its inherited __new__ once one was set (the
-        # grading child, which never restores, also refuses construction and subclassing).
-        if cls in seen:
-            return
-        seen.add(cls)
-        for function in _own_functions(cls):
-            disable_function(function, message)
-        for sub in cls.__subclasses__():
-            disable_class(sub, message, seen)
-
     try:
         for module_name, attr, _, message in blocked_answers(exercise) + _reference_entry(exercise):
             target = getattr(sys.modules.get(module_name), attr, None)
             if isinstance(target, type):
-                disable_class(target, message, set())
+                _disable_class(target, message, undo)
             elif isinstance(target, types.FunctionType):
-                disable_function(target, message)
+                _disable_function(target, message, undo)
         yield
     finally:
-        for owner, name, had, old in reversed(undo):
-            if had:
-                setattr(owner, name, old)
-            else:
-                try:
-                    delattr(owner, name)
-                except AttributeError:
-                    pass
+        for function, code in reversed(undo):
+            function.__code__ = code

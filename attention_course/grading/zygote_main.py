@@ -263,14 +263,18 @@ def _raising_code(message: str, freevars: int):
     return namespace["_outer"]().__code__
 
 
-def _disable_function(function, message: str) -> None:
+def _disable_function(function, message: str, undo=None) -> None:
     """Make this very function object raise: aliases, references kept elsewhere and the
     object found by walking the garbage collector all share its code. A decorated
-    function's original (``__wrapped__``) is disabled too."""
+    function's original (``__wrapped__``) is disabled too. With ``undo`` (a list), each
+    ``(function, original code)`` is recorded so that the caller can restore it
+    (``attention_course.answers.answers_refused``; a grading child never restores)."""
     seen = set()
     while isinstance(function, types.FunctionType) and id(function) not in seen:
         seen.add(id(function))
         code = function.__code__
+        if undo is not None:
+            undo.append((function, code))
         function.__code__ = _raising_code(message, len(code.co_freevars))
         function = getattr(function, "__wrapped__", None)
 
@@ -293,8 +297,17 @@ def _own_functions(cls) -> list:
     return found
 
 
-def _disable_class(cls, message: str) -> None:
-    """Make this very class refuse to be built, subclassed or used through its methods."""
+def _disable_class(cls, message: str, undo=None, _seen=None) -> None:
+    """Make this very class refuse to be built, subclassed or used through its methods.
+
+    With ``undo`` (restorable, for ``check()`` in a notebook) only its own methods are disabled
+    and recorded: CPython cannot give a class back its inherited ``__new__`` once one was set,
+    so construction and subclassing are refused only where nothing is restored (the child)."""
+    _seen = set() if _seen is None else _seen
+    if cls in _seen:
+        return
+    _seen.add(cls)
+
     def _new(klass, *args, __message=message, **kwargs):
         raise RuntimeError(__message)
 
@@ -304,11 +317,12 @@ def _disable_class(cls, message: str) -> None:
     # Its own methods first: an instance made with object.__new__, a class whose
     # __bases__ are reassigned, or a method called on another object gets nowhere either.
     for function in _own_functions(cls):
-        _disable_function(function, message)
-    cls.__new__ = _new
-    cls.__init_subclass__ = classmethod(_subclass)
-    for sub in cls.__subclasses__():  # classes the runtime itself derived from it
-        _disable_class(sub, message)
+        _disable_function(function, message, undo)
+    if undo is None:
+        cls.__new__ = _new
+        cls.__init_subclass__ = classmethod(_subclass)
+    for sub in cls.__subclasses__():  # classes derived from it (the runtime's, or a student's)
+        _disable_class(sub, message, undo, _seen)
 
 
 class _RefuseReimport:
