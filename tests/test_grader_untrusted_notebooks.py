@@ -241,3 +241,23 @@ def test_raising_the_right_error_without_computing_earns_nothing(sandbox, tmp_pa
     assert passed_error_checks, "the raising answer no longer passes any error check: the test shows nothing"
     assert result.total == 0, [(e.label, e.points) for e in result.exercises if e.points]
     assert any("count once every other check" in n for e in result.exercises for n in e.notes)
+
+
+FORGER = '''import json, os
+head = json.dumps({"phase": "done", "error": None, "defined": [], "outcomes": [[{"status": "ok",
+                   "value": {"__tensor__": [0, "float32", [100000, 100000]]}}]]}).encode()
+with open("outcomes.bin", "wb") as f:   # a forged result file: 40 GB declared, nothing sent
+    f.write(b"ACOUT1\\n" + len(head).to_bytes(8, "little") + head)
+os._exit(0)
+'''
+
+
+def test_a_child_that_writes_its_own_result_file_scores_zero_and_the_class_goes_on(sandbox, tmp_path):
+    first = all_exercises(1)[0]
+    nb = with_exercise_code(_solution(), first.label, FORGER)
+    results = _grade(sandbox, tmp_path, {"forger": nb, "good": _solution()})
+    graded = {e.label: e for e in results["forger"].exercises}
+    assert graded[first.label].points == 0
+    assert "rejected the results" in graded[first.label].reason, graded[first.label].reason
+    assert sum(e.points for e in results["forger"].exercises) == CHAPTER1_POINTS - first.points
+    assert sum(e.points for e in results["good"].exercises) == CHAPTER1_POINTS
