@@ -75,7 +75,8 @@ def _peaks(tau, queries, keys):
 def _compare_peaks(got, want, calls):
     """Put both answers' temperatures back into the softmax and compare the largest weights."""
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
-        where = "the result" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: the result"
+        call_no = "" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: "
+        where = f"{call_no}the result"
         if g.get("status") != "ok":
             if g.get("error_type") == "NotImplementedError":
                 return f"not implemented yet (NotImplementedError: {g.get('message')})"
@@ -104,8 +105,8 @@ def _compare_peaks(got, want, calls):
         gap = (_peaks(mine, queries, keys) - _peaks(theirs, queries, keys))[both].abs()
         if gap.numel() and gap.max().item() > 1e-5:
             row = int(torch.nonzero(both).flatten()[gap.argmax()])
-            return (f"{where}: at your temperatures the largest weights differ from the target by up to "
-                    f"{gap.max().item():.3g} (query {row})")
+            return (f"{call_no}at the temperatures returned, the largest weights differ from the expected ones "
+                    f"by up to {gap.max().item():.3g} (query {row})")
     return None
 
 
