@@ -11,6 +11,13 @@
 * ``ch01_ex5`` ``zero_temperature_weights(queries, keys)`` -- the limit of the soft lookup as the
   temperature goes to 0, ties included (equal weights on every nearest key): TRANSFER, the chapter
   states the limit only in words and ``hard_lookup`` breaks ties by index.
+* ``ch01_ex6`` ``temperature_for_peak(queries, keys, target)`` -- the inverse problem: per query, the
+  temperature at which its largest weight equals ``target`` (nan when no temperature reaches it,
+  i.e. when the target is at least 1 / the number of nearest keys), checked by putting the
+  temperature back into the softmax: TRANSFER.
+
+``ch01_ex1``-``ch01_ex3`` are one-point warm-ups close to code the chapter prints; the points go
+mostly to the TRANSFER exercises ``ch01_ex4``-``ch01_ex6`` (2, 2 and 3 points).
 
 Every check draws its inputs from a local generator seeded by the check's seed. Error
 checks start with one valid call, so that an implementation that raises for every input
@@ -30,4 +37,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex3_hard_lookup,
     ex4_cued_weights,
     ex5_zero_temperature_weights,
+    ex6_temperature_for_peak,
 )

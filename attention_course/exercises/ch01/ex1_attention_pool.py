@@ -201,7 +201,7 @@ def _pool_alt_d2l_bmm(weights, values):
 
 register(Exercise(
     label="ch01_ex1", title="Attention pooling as a weighted average",
-    name="attention_pool", reference=attention_pool, points=2,
+    name="attention_pool", reference=attention_pool, points=1,
     checks=[
         Check("3 queries pool 5 values of size 4", _pool_calls, seed=0,
               hint="row q of the result is sum over k of weights[q, k] * values[k]: compare one "

@@ -186,7 +186,7 @@ def _normalize_alt_float64(scores):
 
 register(Exercise(
     label="ch01_ex2", title="From non-negative scores to weights",
-    name="normalize_weights", reference=normalize_weights, points=2,
+    name="normalize_weights", reference=normalize_weights, points=1,
     checks=[
         Check("3 queries by 5 keys", _scores_calls, seed=0,
               hint="each row (one query) is divided by its own total, so that it sums to one; "

@@ -212,7 +212,7 @@ def _lookup_alt_min_float64(queries, keys, values):
 
 register(Exercise(
     label="ch01_ex3", title="Hard lookup: the value of the nearest key",
-    name="hard_lookup", reference=hard_lookup, points=2,
+    name="hard_lookup", reference=hard_lookup, points=1,
     checks=[
         Check("4 queries, 6 keys of size 3, values of size 2", _lookup_calls, seed=0,
               hint="for each query, compute its squared distance to every key by hand and "

@@ -1,0 +1,115 @@
+"""Regression tests of chapter 1's exercises (queries, keys and values), filed by exercise.
+
+Where a newly found mistake's regression test goes: into this file, in the section of its
+exercise, named ``test_ch01_exM_<what it shows>``; a test about several of the chapter's
+exercises is parametrized so that every id carries its exercise's label
+(``tests/exercises/conftest.py`` refuses a test here without one). Write each wrong answer
+by hand, the way a student would (never import the kept mistake it should match, nor a
+solver's files); the shared helpers are in ``tests/exercise_helpers.py``.
+"""
+import json
+import math
+
+import pytest
+import torch
+
+from attention_course.registry import all_exercises
+
+from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, passes_everywhere
+
+
+# ------------------------------------------------------------- ch01_ex4: cued_weights
+
+def test_ch01_ex4_shift_over_every_key_is_caught_in_public_with_its_hint():
+    """The trap the statement warns about (issue 26): a max shift over all keys, switched-off ones
+    included, turns the row of a query whose nearest key has salience 0 into 0/0. A public check
+    catches it and names it."""
+    def shift_over_every_key(queries, keys, salience, temperature=1.0):
+        if temperature <= 0:
+            raise ValueError("temperature must be positive")
+        if (salience < 0).any() or (salience == 0).all():
+            raise ValueError("salience must be non-negative with a positive entry")
+        scores = -((queries[:, None] - keys[None]) ** 2).sum(-1) / temperature
+        top = scores.max(dim=1, keepdim=True).values
+        weighted = salience * torch.exp(scores - top)
+        return weighted / weighted.sum(dim=1, keepdim=True)
+
+    assert_mistake("ch01_ex4", shift_over_every_key, "shifted by the maximum over every key")
+
+
+# ------------------------------------------------------------- ch01_ex6: temperature_for_peak
+
+def _student_gaps(queries, keys):
+    d2 = ((queries[:, None] - keys[None]) ** 2).sum(-1).double()
+    return d2 - d2.min(dim=1, keepdim=True).values
+
+
+def _student_bisection(queries, keys, target, low=1e-3, high=1e3, nan_on_ties=True):
+    """A student's bisection on tau in a fixed interval, as first written."""
+    gaps = _student_gaps(queries, keys)
+    out = []
+    for row in gaps:
+        if nan_on_ties and target * int((row == 0).sum()) >= 1:
+            out.append(math.nan)
+            continue
+        lo, hi = low, high
+        for _ in range(80):
+            mid = math.sqrt(lo * hi)
+            peak = 1 / torch.exp(-row / mid).sum().item()
+            lo, hi = (mid, hi) if peak > target else (lo, mid)
+        out.append(math.sqrt(lo * hi))
+    return torch.tensor(out, dtype=queries.dtype)
+
+
+def test_ch01_ex6_fixed_interval_is_named():
+    assert_mistake("ch01_ex6", _student_bisection, "a fixed search interval")
+
+
+def test_ch01_ex6_no_nan_on_ties_is_named():
+    def no_nan(queries, keys, target):
+        return _student_bisection(queries, keys, target, low=1e-6, high=1e6, nan_on_ties=False)
+
+    assert_mistake("ch01_ex6", no_nan, "a tie never gives nan")
+
+
+def test_ch01_ex6_wide_interval_passes_everywhere():
+    """Widening the fixed interval far enough is a correct answer: the checks compare the largest
+    weights at the returned temperatures, not one way of finding them."""
+    def wide(queries, keys, target):
+        return _student_bisection(queries, keys, target, low=1e-8, high=1e8)
+
+    passes_everywhere("ch01_ex6", wide)
+
+
+def test_ch01_ex6_returning_the_reference_tau_rounded_badly_fails():
+    """Temperatures off by 1 % move the largest weights by more than the contract's 1e-5."""
+    def off_by_one_percent(queries, keys, target):
+        return _student_bisection(queries, keys, target, low=1e-8, high=1e8) * 1.01
+
+    assert failed_checks("ch01_ex6", off_by_one_percent)
+
+
+# ------------------------------------------------------------- open questions of the chapter
+
+@pytest.mark.parametrize("label", ["ch01_ex4", "ch01_ex6"])
+def test_ch01_open_question_has_a_reference_answer_in_its_solution_block(label):
+    """An open question's reference answer is a solution-only markdown cell inside the exercise's
+    solution block (folded in the dropdown on the full site), and the student notebook lacks it."""
+    cells = json.loads((ROOT / "solutions" / "01_queries_keys_values.ipynb").read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    start = next(i for i, t in enumerate(text) if f"{{solution-start}} {label}" in t)
+    end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
+    answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
+               and "solution-only" in cells[i]["metadata"].get("tags", [])]
+    assert len(answers) == 1, (label, answers)
+    student = (ROOT / "chapters" / "01_queries_keys_values.ipynb").read_text()
+    assert text[answers[0]].splitlines()[0][:60] not in student
+
+
+# ------------------------------------------------------------- every check hint of the chapter
+
+@pytest.mark.parametrize("exercise", all_exercises(1), ids=lambda e: e.label)
+def test_ch01_check_hints_describe_rather_than_blame(exercise):
+    for check in exercise.checks:
+        for words in BLAMING:
+            assert words not in check.hint.lower(), (exercise.label, check.name, words)
