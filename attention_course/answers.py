@@ -98,6 +98,8 @@ def refusal_for(exercise, obj) -> str | None:
     """The no-credit message when ``obj`` itself is, or derives from, a library answer to
     ``exercise`` (the grader refuses such a class when the cell defines it); else None."""
     import sys
+    if exercise.stored:  # a student build: it ships no answer to refuse
+        return None
     for module_name, attr, _, message in blocked_answers(exercise) + _reference_entry(exercise):
         target = getattr(sys.modules.get(module_name), attr, None)
         if target is None:
@@ -112,6 +114,9 @@ def answers_refused(exercise) -> Iterator[None]:
     """Disable, for the duration of the block, every library answer to ``exercise`` and its
     reference with the grading child's own disablers, and restore the code they replaced."""
     import sys
+    if exercise.stored:  # a student build: it ships no answer to refuse
+        yield
+        return
     from .grading.zygote_main import _disable_class, _disable_function
     undo = []
     try:

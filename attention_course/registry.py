@@ -86,6 +86,8 @@ class Check:
     must_mention: Any = ()
     public: bool = True
     weight: float = 1.0
+    # In a student build: the reference's outcomes on this check's calls, stored at release.
+    stored_outcomes: Optional[list] = None
 
 
 @dataclass
@@ -95,6 +97,8 @@ class Mistake:
     name: str
     hint: str
     impl: Any
+    # In a student build: check name -> this mistake's outcomes on that check's calls.
+    stored_outcomes: Optional[dict] = None
 
 
 @dataclass
@@ -120,6 +124,11 @@ class Exercise:
     alternatives: list = field(default_factory=list)
     points: float = 1.0
     kind: str = "function"  # or "class"
+    # A student build (attention_course.student_build) registers exercises without their
+    # reference: the public checks' expected outcomes and the kept mistakes' outcomes are
+    # stored data, and the argument names (for feedback) are stored beside them.
+    input_names: Optional[list] = None
+    stored: bool = False
 
     @property
     def chapter(self) -> int:
@@ -153,8 +162,13 @@ def register(exercise: Exercise) -> Exercise:
 
 
 def _load_all() -> None:
-    # Importing the exercise modules fills the registry.
-    from . import exercises  # noqa: F401
+    # Importing the exercise modules fills the registry. A student build has none: its
+    # public checks are stored data, registered by its ``public_checks`` package.
+    import importlib.util
+    if importlib.util.find_spec(f"{__package__}.exercises") is None:
+        from . import public_checks  # noqa: F401
+    else:
+        from . import exercises  # noqa: F401
 
 
 def get_exercise(label: str) -> Exercise:
@@ -171,4 +185,26 @@ def all_exercises(chapter: Optional[int] = None) -> list:
     out = [ex for _, ex in sorted(REGISTRY.items())]
     if chapter is not None:
         out = [ex for ex in out if ex.chapter == chapter]
+    return out
+
+
+def exercises_from_store(data: dict, compares) -> list:
+    """The exercises of a student build, from its stored public checks (see
+    :mod:`attention_course.student_build`): ``data`` as stored, ``compares(label)`` the module
+    holding that exercise's shipped compares. No reference: the checks carry the reference's
+    stored outcomes, the kept mistakes theirs."""
+    out = []
+    for label, entry in sorted(data.items()):
+        checks = []
+        for item in entry["checks"]:
+            calls = [Call(**fields) for fields in item["calls"]]
+            mention = {id(call): words for call, words in zip(calls, item["must_mention"])}
+            compare = getattr(compares(label), item["compare"]) if item["compare"] else None
+            checks.append(Check(item["name"], (lambda seed, calls=calls: calls), item["hint"], seed=item["seed"],
+                                compare=compare, rtol=item["rtol"], atol=item["atol"],
+                                must_mention=(lambda call, mention=mention: mention.get(id(call), [])),
+                                weight=item["weight"], stored_outcomes=item["outcomes"]))
+        mistakes = [Mistake(m["name"], m["hint"], None, stored_outcomes=m["outcomes"]) for m in entry["mistakes"]]
+        out.append(Exercise(label, entry["title"], entry["name"], None, checks, mistakes, [], entry["points"],
+                            entry["kind"], input_names=entry["input_names"], stored=True))
     return out

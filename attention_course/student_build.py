@@ -1,0 +1,663 @@
+"""The student build of the course package, for an instructor's release.
+
+The public course package holds every exercise's reference, its hidden checks and the
+library's finished answers (later chapters build on them). An instructor who grades
+homework hands out a **student build** instead (:func:`write_package`). It holds:
+
+* the checking machinery (``checking``, ``calls``, ``registry``, ``answers``), the plots and
+  data sets, the site's Sphinx extension, and the library modules that the released
+  chapters' notebooks import (found from their code and the modules' own imports);
+* ``public_checks/``: for every exercise of the released chapters, its **public** checks as
+  stored data (``checks.pt``, plain tensors and strings loaded with ``weights_only=True``):
+  the calls, the reference's outcomes on them, computed when the release is made, and every
+  kept mistake's outcomes, so the hints still name the mistake an answer behaves like. A
+  check with a compare of its own (a property test, a tolerance on a recomputed quantity)
+  ships that compare's code, extracted with what it uses, never the reference or a mistake;
+* no ``exercises/`` (no reference, no hidden check, no kept mistake or alternative) and no
+  ``grading/`` (the instructor's kit).
+
+**Which answers are withheld.** Every exercise's answer is withheld unless the instructor
+opens it: a *practice* exercise, or an exercise of a chapter whose answers are released
+(its deadline has passed). A library piece that is a withheld exercise's answer
+(:func:`attention_course.answers.blocked_answers`) keeps its name in the shipped module,
+bound to a stand-in (:mod:`attention_course.withheld`) that calls the student's own answer
+of the same name. So chapter 3's later cells run on the student's own ``masked_softmax``.
+
+**The rule for later chapters (release in sequence).** A withheld piece that shipped code
+outside it, or a notebook of another released chapter, uses would break that material (the
+student's own answer is not in that notebook). The release then stops and names the piece:
+release that chapter after the exercise's deadline (open its answers in ``course.yml``), or
+make the exercise practice.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+import shutil
+import textwrap
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE = __name__.split(".")[0]
+
+# Modules every student build ships: the checking machinery, plots, data sets, the stand-ins
+# and the site's Sphinx extension. None of them holds an answer.
+BASE_MODULES = ("__init__", "calls", "checking", "registry", "answers", "plotting", "data", "withheld",
+                "sphinxext")
+# Library modules a notebook may import; shipped only when a released chapter needs them.
+LIBRARY_MODULES = ("functional", "multihead", "translation", "transformer", "efficient")
+# Never shipped, whatever imports them.
+NEVER_SHIPPED = {"exercises", "grading", "release", "student_build", "scaffold", "cli", "editions", "pdf",
+                 "progress", "notebook", "course_config"}
+DATA_DIRS = ("pretrained",)
+DATA_SUFFIXES = (".pt", ".csv", ".txt", ".json")
+STORE_NAME = "checks.pt"
+
+
+class StudentBuildError(ValueError):
+    """A release that cannot be made as asked (its message says why and what to do)."""
+
+
+# ---------------------------------------------------------------- what a release holds
+
+@dataclass
+class ReleasePlan:
+    """The chapters released, and for every registered exercise whether it is graded."""
+    chapters: list
+    graded: list          # labels graded in this release: their answers must not ship
+    practice: list        # labels of released chapters whose answers may ship (practice, deadline passed)
+    withheld: list        # every label whose answer must not ship (graded, or of a later chapter)
+    reasons: dict = field(default_factory=dict)  # label -> why it is open (practice / answers released)
+
+    def released_labels(self) -> list:
+        from .registry import all_exercises
+        return [ex.label for ex in all_exercises() if ex.chapter in self.chapters]
+
+
+def plan_release(chapters, practice=(), answers_released=()) -> ReleasePlan:
+    """Which exercises a release of ``chapters`` grades. ``practice``: labels whose answers may
+    ship; ``answers_released``: chapters whose deadlines have passed (all their answers may ship)."""
+    from .registry import all_exercises, get_exercise
+    exercises = all_exercises()
+    known = {ex.chapter for ex in exercises}
+    chapters = sorted({int(c) for c in chapters})
+    unknown = [c for c in chapters if c not in known]
+    if not chapters or unknown:
+        raise StudentBuildError(f"chapters to release: {unknown or 'none given'} not in the course "
+                                f"(it has chapters {sorted(known)})")
+    for label in practice:
+        get_exercise(label)  # an unknown label is an error naming the known ones
+    reasons = {}
+    for ex in exercises:
+        if ex.chapter in set(answers_released):
+            reasons[ex.label] = f"chapter {ex.chapter}'s answers are released"
+        elif ex.label in set(practice):
+            reasons[ex.label] = "practice"
+    graded = [ex.label for ex in exercises if ex.chapter in chapters and ex.label not in reasons]
+    open_practice = [ex.label for ex in exercises if ex.chapter in chapters and ex.label in reasons]
+    withheld = [ex.label for ex in exercises if ex.label not in reasons]
+    return ReleasePlan(chapters, graded, open_practice, withheld, reasons)
+
+
+# ---------------------------------------------------------------- library modules needed
+
+_NOTEBOOK_IMPORT = re.compile(rf"(?:from\s+{PACKAGE}\s+import\s+(?P<names>[\w\s,()]+?)\s*$"
+                              rf"|\b{PACKAGE}\.(?P<attr>\w+))", re.M)
+
+
+def _notebook_code(path: Path) -> str:
+    import nbformat
+    nb = nbformat.read(path, as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+
+
+def modules_named(code: str) -> set:
+    """Package modules that notebook code imports (``from attention_course import functional as attn``)."""
+    found = set()
+    for match in _NOTEBOOK_IMPORT.finditer(code):
+        if match.group("names"):
+            for part in match.group("names").replace("(", " ").replace(")", " ").split(","):
+                words = part.split()
+                if words:
+                    found.add(words[0])
+        else:
+            found.add(match.group("attr"))
+    return {name for name in found if (PACKAGE_DIR / f"{name}.py").is_file()}
+
+
+def package_imports(name: str) -> set:
+    """The package modules that module ``name`` imports, at any depth of its code."""
+    tree = ast.parse((PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module:
+                out.add(node.module.split(".")[0])
+            elif node.level == 1:
+                out |= {a.name for a in node.names}
+            elif node.level == 0 and (node.module or "").startswith(f"{PACKAGE}."):
+                out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith(f"{PACKAGE}.")}
+    return {m for m in out if (PACKAGE_DIR / f"{m}.py").is_file() or (PACKAGE_DIR / m).is_dir()}
+
+
+def _closure(names: set) -> set:
+    todo, seen = list(names), set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name in NEVER_SHIPPED or not (PACKAGE_DIR / f"{name}.py").is_file():
+            continue
+        seen.add(name)
+        todo.extend(package_imports(name))
+    return seen
+
+
+# ---------------------------------------------------------------- withheld library pieces
+
+@dataclass
+class Withheld:
+    module: str      # "functional"
+    attr: str        # "masked_softmax"
+    label: str       # "ch03_ex1"
+    answer_name: str  # the name the exercise asks for
+    is_class: bool
+
+
+def withheld_pieces(plan: ReleasePlan, modules: set) -> list:
+    """The library pieces, in the shipped ``modules``, that answer a withheld exercise."""
+    import importlib
+    from .answers import blocked_answers
+    from .registry import get_exercise
+    out = []
+    for label in plan.withheld:
+        exercise = get_exercise(label)
+        for module_name, attr, _, _ in blocked_answers(exercise):
+            short = module_name.split(".")[-1]
+            if short not in modules:
+                continue
+            target = getattr(importlib.import_module(module_name), attr)
+            defined_here = getattr(target, "__module__", "") == module_name
+            out.append(Withheld(short, attr, label, exercise.name, inspect.isclass(target)))
+            if not defined_here:  # a re-export (translation.masked_softmax): its own module withholds it
+                out[-1].is_class = inspect.isclass(target)
+    return out
+
+
+def _top_level_names(tree: ast.Module) -> dict:
+    out = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = node
+    return out
+
+
+def _names_used(node: ast.AST) -> set:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+def strip_module(name: str, pieces: list) -> str:
+    """Module ``name``'s source with every withheld piece's definition replaced by a stand-in."""
+    source = (PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8")
+    mine = {p.attr: p for p in pieces if p.module == name}
+    if not mine:
+        return source
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    defs = _top_level_names(tree)
+    edits = []  # (first line index, end line index, replacement)
+    for attr, piece in mine.items():
+        where = f"{PACKAGE}.{name}.{attr}"
+        maker = "cls" if piece.is_class else "function"
+        stand_in = f"{attr} = _withheld.{maker}({where!r}, {piece.label!r}, {piece.answer_name!r})\n"
+        if attr in defs:
+            node = defs[attr]
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            edits.append((first, node.end_lineno, f"# {attr}: withheld in this release (the answer to "
+                                                  f"{piece.label}); it calls your own {piece.answer_name}.\n"
+                                                  + stand_in))
+        else:
+            # Imported from another module (a re-export): rebind it after the imports.
+            edits.append((None, None, stand_in))
+    body_lines = lines[:]
+    tail = []
+    for first, end, text in sorted(edits, key=lambda e: -(e[0] or -1)):
+        if first is None:
+            tail.append(text)
+        else:
+            body_lines[first:end] = [text]
+    out = "".join(body_lines)
+    # The stand-ins' import goes after the module's docstring and __future__ import.
+    anchor = "from __future__ import annotations\n"
+    imports = f"from . import withheld as _withheld\n"
+    out = out.replace(anchor, anchor + imports, 1) if anchor in out else imports + out
+    if tail:
+        out += "\n\n# Withheld in this release (re-exports of pieces that answer graded exercises).\n" + "".join(tail)
+    return out
+
+
+def uses_of_withheld(plan: ReleasePlan, modules: set, pieces: list, notebooks: dict) -> list:
+    """Where shipped material outside a withheld piece uses it: ``[(piece, where)]``.
+
+    Shipped code that is not itself withheld, and the notebooks of released chapters other
+    than the exercise's own, would run the stand-in where no answer of the student's exists.
+    """
+    from .registry import get_exercise
+    problems = []
+    withheld_attrs = {(p.module, p.attr) for p in pieces}
+    by_attr = {}
+    for piece in pieces:
+        by_attr.setdefault(piece.attr, []).append(piece)
+    for name in sorted(modules):
+        tree = ast.parse((PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8"))
+        for node in tree.body:
+            node_name = getattr(node, "name", None)
+            if node_name and (name, node_name) in withheld_attrs:
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for used in _names_used(node):
+                for piece in by_attr.get(used, []):
+                    if piece.module == name or (isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign))
+                                                and used in _imported_names(tree, piece.module)):
+                        problems.append((piece, f"{PACKAGE}.{name}.{node_name or 'module code'}"))
+    for chapter, code in notebooks.items():
+        for piece in pieces:
+            if get_exercise(piece.label).chapter == chapter:
+                continue
+            if re.search(rf"\.{re.escape(piece.attr)}\b", code):
+                problems.append((piece, f"the notebook of chapter {chapter}"))
+    seen, unique = set(), []
+    for piece, where in problems:
+        key = (piece.module, piece.attr, where)
+        if key not in seen:
+            seen.add(key)
+            unique.append((piece, where))
+    return unique
+
+
+def _imported_names(tree: ast.Module, module: str) -> set:
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").split(".")[0] == module:
+            out |= {a.asname or a.name for a in node.names}
+    return out
+
+
+# ---------------------------------------------------------------- stored public checks
+
+def _call_data(call) -> dict:
+    return {f.name: getattr(call, f.name) for f in dataclasses.fields(call)}
+
+
+class _CodeCollector:
+    """The source a shipped compare needs: its own, and that of every helper it uses."""
+
+    def __init__(self, forbidden: dict, home: dict):
+        self.home = home                 # the globals of the module whose names are being resolved
+        self.forbidden = forbidden       # id(object) -> what it is ("the reference of ch03_ex1")
+        self.definitions: dict = {}      # name -> source
+        self.imports: dict = {}          # name -> import line
+        self.constants: dict = {}        # name -> source of a literal
+        self.aliases: dict = {}          # name -> "name = other" (after the definitions)
+        self.products: dict = {}         # name -> "name = factory(...)" (last)
+        self.modules_needed: set = set()
+
+    def add_object(self, obj, name: str) -> None:
+        if id(obj) in self.forbidden:
+            raise StudentBuildError(f"a public check's compare uses {name}, {self.forbidden[id(obj)]}: "
+                                    "move what the compare needs out of it")
+        if any(name in d for d in (self.definitions, self.imports, self.constants, self.aliases, self.products)):
+            return
+        if inspect.isfunction(obj) and "<locals>" in obj.__qualname__:
+            self._product(obj, name)
+            return
+        module = getattr(obj, "__module__", None) or ""
+        if isinstance(obj, types.ModuleType):
+            full = obj.__name__
+            if full.startswith(f"{PACKAGE}."):
+                self._package_module(full.split(".")[1])
+            self.imports[name] = f"import {full}" if full == name else f"import {full} as {name}"
+            return
+        if isinstance(obj, (bool, int, float, str, type(None))) or (
+                isinstance(obj, tuple) and all(isinstance(x, (bool, int, float, str, type(None))) for x in obj)):
+            self.constants[name] = f"{name} = {obj!r}"
+            return
+        from .registry import Check
+        if isinstance(obj, Check):  # a compare's own settings (tolerances, words to mention)
+            if obj.compare is not None or callable(obj.must_mention):
+                raise StudentBuildError(f"a public check's compare uses the Check {name} with code of its own")
+            self.imports.setdefault("Check", f"from {PACKAGE}.registry import Check")
+            self.constants[name] = (f"{name} = Check({obj.name!r}, lambda seed: [], {obj.hint!r}, seed={obj.seed!r}, "
+                                    f"rtol={obj.rtol!r}, atol={obj.atol!r}, must_mention={obj.must_mention!r}, "
+                                    f"public={obj.public!r}, weight={obj.weight!r})")
+            return
+        if isinstance(obj, torch.dtype):
+            self.constants[name] = f"{name} = {obj}"
+            self.imports.setdefault("torch", "import torch")
+            return
+        if module.startswith(f"{PACKAGE}.exercises"):
+            if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                raise StudentBuildError(f"a public check's compare uses {name}, a {type(obj).__name__} "
+                                        f"of {module}, which a student build cannot ship as code")
+            if obj.__name__ != name:
+                self.add_object(obj, obj.__name__)
+                self.aliases[name] = f"{name} = {obj.__name__}"
+                return
+            self.definitions[name] = None  # reserve against recursion
+            self.definitions[name] = _absolute_source(obj)
+            self._dependencies(obj)
+            return
+        if module.startswith(f"{PACKAGE}.") or module == PACKAGE:
+            short = module.split(".")[1] if "." in module else None
+            if short:
+                self._package_module(short)
+            attr = getattr(obj, "__name__", name)
+            self.imports[name] = f"from {module} import {attr}" + ("" if attr == name else f" as {name}")
+            return
+        attr = getattr(obj, "__name__", None)
+        if module and attr:  # torch, math, typing ...
+            self.imports[name] = f"from {module} import {attr}" + ("" if attr == name else f" as {name}")
+            return
+        raise StudentBuildError(f"a public check's compare uses {name} ({type(obj).__name__}), "
+                                "which a student build cannot ship")
+
+    def _package_module(self, short: str) -> None:
+        if short in NEVER_SHIPPED:
+            raise StudentBuildError(f"a public check's compare imports {PACKAGE}.{short}, which a student "
+                                    "build never ships")
+        self.modules_needed.add(short)
+
+    def _dependencies(self, obj) -> None:
+        functions = [obj] if inspect.isfunction(obj) else [
+            v for v in vars(obj).values() if inspect.isfunction(v)]
+        for function in functions:
+            # co_names holds attribute names too (torch.isnan's isnan): only globals matter.
+            outer, self.home = self.home, function.__globals__
+            try:
+                for name in sorted(_code_names(function.__code__)):
+                    if name in function.__globals__ and not (name.startswith("__") and name.endswith("__")):
+                        self.add_object(function.__globals__[name], name)
+            finally:
+                self.home = outer
+
+    def add_compare(self, compare, name: str) -> str:
+        """Source that binds ``name`` to ``compare``; returns that name."""
+        if "<locals>" in compare.__qualname__:
+            self._product(compare, name)
+            return name
+        self.add_object(compare, compare.__name__)
+        if compare.__name__ != name:
+            self.products[name] = f"{name} = {compare.__name__}"
+        return name
+
+    def _product(self, function, name: str) -> None:
+        """``name = factory(...)`` for a closure made by a module-level factory."""
+        if id(function) in self.forbidden:
+            raise StudentBuildError(f"a public check's compare uses {self.forbidden[id(function)]}")
+        factory_name = function.__qualname__.split(".<locals>")[0]
+        factory = function.__globals__.get(factory_name)
+        if factory is None or not inspect.isfunction(factory):
+            raise StudentBuildError(f"cannot ship {function.__qualname__}: its factory is not a module-level "
+                                    "function")
+        self.add_object(factory, factory_name)
+        self.products[name] = None  # reserve against recursion
+        assigned = _module_assignment(function, self.home)
+        if assigned is not None:
+            # Made at module level: ship that very expression (it may pass what no closure keeps).
+            expression = ast.parse(assigned[1], mode="eval")
+            for node_name in sorted({n.id for n in ast.walk(expression) if isinstance(n, ast.Name)}):
+                if node_name in self.home and node_name != name:
+                    self.add_object(self.home[node_name], node_name)
+            self.products[name] = f"{name} = {assigned[1]}"
+            return
+        values = dict(zip(function.__code__.co_freevars, (c.cell_contents for c in function.__closure__ or ())))
+        params = [p for p in inspect.signature(factory).parameters if p in values]
+        args = ", ".join(f"{p}={self._argument(values[p])}" for p in params)
+        self.products[name] = f"{name} = {factory_name}({args})"
+
+    def _argument(self, value) -> str:
+        """A factory's argument as source: a literal, a helper by name, or a lambda's own text."""
+        if inspect.isfunction(value):
+            if id(value) in self.forbidden:
+                raise StudentBuildError(f"a public check's compare is made with {self.forbidden[id(value)]}")
+            if value.__name__ == "<lambda>":
+                self._dependencies(value)
+                return _lambda_source(value)
+            self.add_object(value, value.__name__)
+            return value.__name__
+        if isinstance(value, (tuple, list)):
+            inner = ", ".join(self._argument(v) for v in value)
+            if isinstance(value, list):
+                return f"[{inner}]"
+            return "()" if not value else f"({inner},)"
+        if isinstance(value, dict) and all(isinstance(k, (int, str)) for k in value):
+            return "{" + ", ".join(f"{k!r}: {self._argument(v)}" for k, v in value.items()) + "}"
+        if isinstance(value, (bool, int, float, str, type(None))):
+            return repr(value)
+        raise StudentBuildError(f"a public check's compare is made with a {type(value).__name__}, "
+                                "which a student build cannot ship as source")
+
+    def source(self, header: str) -> str:
+        parts = [header, "from __future__ import annotations", ""]
+        parts += sorted(set(self.imports.values())) + [""]
+        parts += list(self.constants.values()) + [""]
+        parts += [s for s in self.definitions.values() if s]
+        parts += list(self.aliases.values()) + [""] + [s for s in self.products.values() if s]
+        return "\n".join(parts) + "\n"
+
+
+def _code_names(code) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _module_assignment(function, home: dict) -> Optional[tuple]:
+    """``(global name, expression source)`` when the module whose globals are ``home`` binds
+    ``function`` by a top-level assignment ``name = expression``; else None."""
+    import sys
+    names = [k for k, v in home.items() if v is function and not k.startswith("__")]
+    module = sys.modules.get(home.get("__name__", ""))
+    if not names or module is None:
+        return None
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in names:
+            return node.targets[0].id, ast.unparse(node.value)
+    return None
+
+
+def _lambda_source(function) -> str:
+    """The source of a lambda, found in its module by line and column."""
+    module = inspect.getmodule(function)
+    tree = ast.parse(inspect.getsource(module))
+    line = function.__code__.co_firstlineno
+    lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.lineno == line]
+    if len(lambdas) > 1:  # several on one line: the one whose compiled body is this one's
+        def body(node):
+            code = compile(ast.Expression(node), "<lambda>", "eval").co_consts
+            inner = next(c for c in code if isinstance(c, types.CodeType))
+            return inner.co_code, inner.co_names, inner.co_consts[1:]
+        wanted = (function.__code__.co_code, function.__code__.co_names, function.__code__.co_consts[1:])
+        lambdas = [n for n in lambdas if body(n) == wanted][:1]
+    if len(lambdas) != 1:
+        raise StudentBuildError(f"cannot find the source of a lambda at {module.__name__}:{line}")
+    return ast.unparse(lambdas[0])
+
+
+def _absolute_source(obj) -> str:
+    """``obj``'s source, dedented, with relative imports made absolute."""
+    source = textwrap.dedent(inspect.getsource(obj))
+    package = obj.__module__.rsplit(".", 1)[0]
+    tree = ast.parse(source)
+
+    class Absolute(ast.NodeTransformer):
+        def visit_ImportFrom(self, node):
+            if node.level:
+                import importlib.util
+                target = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                if target.startswith(f"{PACKAGE}.exercises"):
+                    raise StudentBuildError(f"{obj.__module__}.{obj.__name__} imports {target} inside a "
+                                            "function: a student build cannot ship it")
+                return ast.copy_location(ast.ImportFrom(module=target, names=node.names, level=0), node)
+            return node
+    tree = Absolute().visit(tree)
+    return ast.unparse(tree) + "\n"
+
+
+def build_store(labels: list) -> tuple:
+    """``(data, code)``: the stored public checks of ``labels`` and the compare code they ship."""
+    from .checking import outcomes_for
+    from .registry import get_exercise
+    data, code, modules = {}, {}, set()
+    for label in labels:
+        exercise = get_exercise(label)
+        forbidden = {id(exercise.reference): f"the reference of {label}"}
+        forbidden.update({id(m.impl): f"the kept mistake {m.name!r} of {label}" for m in exercise.mistakes})
+        forbidden.update({id(a.impl): f"the kept alternative {a.name!r} of {label}" for a in exercise.alternatives})
+        import sys
+        collector = _CodeCollector(forbidden, vars(sys.modules[type(exercise.reference).__module__
+                                                               if not callable(exercise.reference)
+                                                               else exercise.reference.__module__]))
+        checks = []
+        for index, check in enumerate(exercise.public_checks):
+            calls = check.make_calls(check.seed)
+            outcomes = outcomes_for(exercise.reference, calls, exercise.kind)
+            mention = [list(check.must_mention(c)) for c in calls] if callable(check.must_mention) \
+                else [list(check.must_mention) for _ in calls]
+            compare_name = None
+            if check.compare is not None:
+                compare_name = collector.add_compare(check.compare, f"compare_{index}")
+            checks.append({"name": check.name, "hint": check.hint, "seed": check.seed, "rtol": check.rtol,
+                           "atol": check.atol, "weight": check.weight, "must_mention": mention,
+                           "calls": [_call_data(c) for c in calls], "outcomes": outcomes,
+                           "compare": compare_name})
+        mistakes = []
+        for mistake in exercise.mistakes:
+            stored = {}
+            for check, entry in zip(exercise.public_checks, checks):
+                calls = check.make_calls(check.seed)
+                stored[check.name] = outcomes_for(mistake.impl, calls, exercise.kind)
+            mistakes.append({"name": mistake.name, "hint": mistake.hint, "outcomes": stored})
+        data[label] = {"title": exercise.title, "name": exercise.name, "kind": exercise.kind,
+                       "points": exercise.points, "input_names": _input_names(exercise),
+                       "all_checks_weight": sum(c.weight for c in exercise.checks),
+                       "checks": checks, "mistakes": mistakes}
+        if collector.products:
+            code[label] = collector.source(f'"""Public-check compares of {label}, shipped by a student build '
+                                           '(no reference, no hidden check)."""')
+        modules |= collector.modules_needed
+    return data, code, modules
+
+
+def _input_names(exercise):
+    def names(target):
+        try:
+            return [n for n in inspect.signature(target).parameters if n != "self"]
+        except (TypeError, ValueError):
+            return []
+    if exercise.kind == "class":
+        ref = exercise.reference
+        return {attr: names(getattr(ref, attr)) for attr in dir(ref)
+                if not attr.startswith("_") or attr == "forward"
+                if inspect.isfunction(getattr(ref, attr, None))} | {"forward": names(getattr(ref, "forward", ref))}
+    return names(exercise.reference)
+
+
+PUBLIC_CHECKS_INIT = '''"""The public checks of this release, as stored data (a student build of the course package).
+
+``checks.pt`` holds, for every exercise of the released chapters, each public check's calls,
+the reference's outcomes on them (computed when the release was made) and each kept mistake's
+outcomes, so that a check's hint names the mistake an answer behaves like. It is loaded with
+``weights_only=True``: plain tensors, numbers and strings. The references, the hidden checks
+and the kept mistakes' code are not part of this release; they stay with the instructor.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import torch
+
+from ..registry import exercises_from_store, register
+
+
+def _register_all():
+    data = torch.load(Path(__file__).with_name({store!r}), weights_only=True)
+    for exercise in exercises_from_store(data, lambda label: importlib.import_module(f"{{__name__}}.{{label}}")):
+        register(exercise)
+
+
+_register_all()
+'''
+
+
+# ---------------------------------------------------------------- the package
+
+def shipped_modules(plan: ReleasePlan, root: Path) -> tuple:
+    """``(modules, notebooks code by chapter)``: what the student build ships for ``plan``."""
+    from .release import chapter_number, solution_paths
+    notebooks = {}
+    named = set()
+    for path in solution_paths(root):
+        if chapter_number(path) in plan.chapters:
+            code = _notebook_code(path)
+            notebooks[chapter_number(path)] = code
+            named |= modules_named(code)
+    modules = _closure(set(BASE_MODULES) | (named & set(LIBRARY_MODULES)))
+    return modules, notebooks
+
+
+def write_package(dest: Path, plan: ReleasePlan, root: Path) -> dict:
+    """Write the student build of the package into ``dest/attention_course``; return a summary
+    (``modules``, ``withheld`` pieces, ``exercises`` stored)."""
+    dest = Path(dest)
+    pkg = dest / PACKAGE
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    pkg.mkdir(parents=True)
+    modules, notebooks = shipped_modules(plan, root)
+    labels = plan.released_labels()
+    data, code, needed = build_store(labels)
+    modules = _closure(modules | needed)
+    pieces = withheld_pieces(plan, modules)
+    problems = uses_of_withheld(plan, modules, pieces, notebooks)
+    if problems:
+        lines = [f"  {PACKAGE}.{p.module}.{p.attr} (the answer to {p.label}) is used by {where}"
+                 for p, where in problems]
+        labels_needed = sorted({p.label for p, _ in problems})
+        raise StudentBuildError(
+            "this release would ship material that needs the answers to exercises it grades:\n"
+            + "\n".join(lines) + "\nRelease those chapters after the exercises' deadlines (list the exercises' "
+            "chapters under answers_released in course.yml), or make them practice "
+            f"(practice: [{', '.join(labels_needed)}]).")
+    for name in sorted(modules):
+        (pkg / f"{name}.py").write_text(strip_module(name, pieces), encoding="utf-8")
+    checks_dir = pkg / "public_checks"
+    checks_dir.mkdir()
+    torch.save(data, checks_dir / STORE_NAME)
+    (checks_dir / "__init__.py").write_text(PUBLIC_CHECKS_INIT.format(store=STORE_NAME), encoding="utf-8")
+    for label, source in code.items():
+        (checks_dir / f"{label}.py").write_text(source, encoding="utf-8")
+    if {"translation", "transformer"} & modules:
+        for name in DATA_DIRS:
+            for path in sorted((PACKAGE_DIR / name).iterdir()):
+                if path.is_file() and path.suffix in DATA_SUFFIXES:
+                    (pkg / name).mkdir(exist_ok=True)
+                    shutil.copyfile(path, pkg / name / path.name)
+    return {"modules": sorted(modules), "withheld": pieces, "exercises": labels}
