@@ -89,8 +89,25 @@ def _build(args) -> int:
     return status
 
 
+def _not_released(command: str, chapter: int) -> bool:
+    """Say so, and return True, when course.yml does not release ``chapter``."""
+    from .course_config import CourseConfigError, active
+    try:
+        config = active()
+    except CourseConfigError as error:
+        print(f"attention-course {command}: {error}", file=sys.stderr)
+        return True
+    if not config.released(chapter):
+        print(f"attention-course {command}: chapter {chapter} is not released in {config.path} "
+              f"(chapters: {', '.join(map(str, config.chapters))}); add it there to grade it", file=sys.stderr)
+        return True
+    return False
+
+
 def _grade(args) -> int:
     """Grade a folder of submissions (class) or one notebook (self-study)."""
+    if _not_released("grade", args.chapter):
+        return 2
     from .grading.extra import ExtraChecksError
     from .grading.grader import Submission, discover, run_grading
     from .grading.reports import ProgressBar, feedback_text, write_class_reports
@@ -147,6 +164,8 @@ def _pdf(args) -> int:
 
 
 def _gradescope(args) -> int:
+    if _not_released("gradescope", args.chapter):
+        return 2
     from .grading.extra import ExtraChecksError
     from .grading.grader import default_seed
     from .grading.gradescope import build_zip
@@ -161,6 +180,39 @@ def _gradescope(args) -> int:
         return 2
     print(f"wrote {args.out}: Gradescope autograder for chapter {args.chapter:02d} "
           f"({len(names)} files, seed {seed}); upload it as the assignment's autograder zip")
+    return 0
+
+
+def _release_students(args) -> int:
+    from .course_config import CourseConfigError, parse_chapters
+    from .student_build import StudentBuildError
+    from .student_release import REPORT_NAME, release_students
+    try:
+        chapters = parse_chapters(args.chapters, "--chapters") if args.chapters else None
+        practice = [p.strip() for p in args.practice.split(",") if p.strip()] if args.practice is not None else None
+        opened = parse_chapters(args.answers_released, "--answers-released") if args.answers_released else None
+        result = release_students(Path(args.root), Path(args.out), chapters=chapters,
+                                  repository_url=args.repository_url, practice=practice,
+                                  answers_released=opened, build=args.build)
+    except (CourseConfigError, StudentBuildError, ValueError) as error:
+        print(f"attention-course release-students: {error}", file=sys.stderr)
+        return 2
+    exposed = [row for row in result.report if row["status"] == "graded" and row["found"]]
+    print(f"wrote {result.out}: chapters {', '.join(map(str, result.plan.chapters))}, "
+          f"{len(result.plan.graded)} graded exercises, {len(result.plan.practice)} practice")
+    for row in result.report:
+        if row["status"] == "not released":
+            continue
+        where = ", ".join(path for path, _ in row["found"]) or "nowhere"
+        print(f"  {row['label']:9} {row['status']:40} answer appears: {where}")
+    print(f"the whole answer-exposure report: {result.out / REPORT_NAME}")
+    if result.build_status not in (None, 0):
+        print(f"attention-course release-students: the site's build failed ({result.build_status})", file=sys.stderr)
+        return 1
+    if exposed:
+        print("attention-course release-students: the answers of graded exercises appear in the release: "
+              + ", ".join(row["label"] for row in exposed), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -244,6 +296,17 @@ def main(argv=None) -> int:
                      choices=["after_published", "after_due_date", "hidden", "visible"],
                      help="when students see the results of hidden checks (default: after_published)")
     gsc.set_defaults(func=_gradescope)
+
+    rst = sub.add_parser("release-students", help="instructors: write the student repository of a release "
+                                                  "(notebooks, site, a package without answers)")
+    rst.add_argument("out", help="the folder of the student repository (new, or an earlier release)")
+    rst.add_argument("--chapters", help="chapters to release, e.g. 1-3 or 1,2,5 (default: course.yml, else all)")
+    rst.add_argument("--repository-url", help="the student repository's address (default: course.yml)")
+    rst.add_argument("--practice", help="exercises whose answers may ship, e.g. ch01_ex1,ch01_ex2 (default: course.yml)")
+    rst.add_argument("--answers-released", help="chapters whose deadlines have passed (default: course.yml)")
+    rst.add_argument("--build", action="store_true", help="also build the release's site into OUT/_build/html")
+    rst.add_argument("--root", default=".", help="the course folder (default: current folder)")
+    rst.set_defaults(func=_release_students)
 
     prg = sub.add_parser("progress", help="self-study: run the public checks of your notebooks and show what is done")
     prg.add_argument("path", nargs="?", help="a notebook, or a folder of them (default: chapters/ if present, else .)")

@@ -161,14 +161,27 @@ def register(exercise: Exercise) -> Exercise:
     return exercise
 
 
-def _load_all() -> None:
-    # Importing the exercise modules fills the registry. A student build has none: its
-    # public checks are stored data, registered by its ``public_checks`` package.
+def _load_exercises() -> bool:
+    """Import the exercise modules (which fills the registry); False in a student build, whose
+    public checks are stored data registered by its ``public_checks`` package."""
     import importlib.util
     if importlib.util.find_spec(f"{__package__}.exercises") is None:
         from . import public_checks  # noqa: F401
-    else:
-        from . import exercises  # noqa: F401
+        return False
+    from . import exercises  # noqa: F401
+    return True
+
+
+_CONFIGURED = []
+
+
+def _load_all() -> None:
+    # The first time, the instructor's course.yml sets points and weights (course_config).
+    full = _load_exercises()
+    if full and not _CONFIGURED:
+        _CONFIGURED.append(True)
+        from . import course_config
+        course_config.apply(course_config.load())
 
 
 def get_exercise(label: str) -> Exercise:

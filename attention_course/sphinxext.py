@@ -22,15 +22,21 @@ import shutil
 from pathlib import Path
 
 
+# Folders whose chapter pages stand for the student notebooks of chapters/: the solutions (full
+# edition) and the MyST pages of an instructor's release (attention_course.student_release).
+_PAGE_FOLDERS = ("solutions", "pages")
+
+
 def _retarget_launch_buttons(app, pagename, templatename, context, doctree):
-    if not pagename.startswith("solutions/"):
+    folder = pagename.split("/", 1)[0]
+    if folder not in _PAGE_FOLDERS or "/" not in pagename:
         return
     for group in context.get("header_buttons", []):
         if group.get("label") != "launch-buttons":
             continue
         for button in group.get("buttons", []):
             if "url" in button:
-                button["url"] = button["url"].replace("/solutions/", "/chapters/")
+                button["url"] = button["url"].replace(f"/{folder}/", "/chapters/")
     # What the download buttons offer is overwritten with the student notebook.
     for group in context.get("header_buttons", []):
         if group.get("label") == "download-buttons":
@@ -74,7 +80,7 @@ def _ship_student_notebooks(app, exception):
         return
     notebooks = Path(app.config.attention_course_notebooks or Path(app.srcdir) / "chapters")
     sources = Path(app.outdir) / "_sources"
-    for folder in ("solutions", "chapters"):
+    for folder in (*_PAGE_FOLDERS, "chapters"):
         for target in sorted((sources / folder).glob("[0-9][0-9]_*.ipynb")):
             student = notebooks / target.name
             if not student.exists():
@@ -109,7 +115,27 @@ def _fix_accessibility(app, exception):
             page.write_text(fixed, encoding="utf-8")
 
 
+def _unreleased_reference(app, env, node, contnode):
+    """In an instructor's release, a reference to a chapter not released reads as plain text
+    (``chapter 5, not released yet``) instead of failing the build."""
+    from docutils import nodes
+    targets = app.config.attention_course_unreleased or {}
+    target = node.get("reftarget", "")
+    if node.get("refdomain") == "std" and node.get("reftype") == "doc":
+        target = target.lstrip("/")
+        target = target[:-len(".ipynb")] if target.endswith(".ipynb") else target
+        target = next((key for key in targets if key.endswith(target.split("/")[-1])), target)
+    words = targets.get(target)
+    if words is None:
+        return None
+    shown = contnode.astext() if contnode is not None else ""
+    text = f"{shown} ({words})" if shown and shown != target else words
+    return nodes.inline(text, text, classes=["unreleased"])
+
+
 def setup(app):
+    app.add_config_value("attention_course_unreleased", {}, "env")
+    app.connect("missing-reference", _unreleased_reference)
     app.add_config_value("attention_course_edition", "full", "html")
     app.add_config_value("attention_course_notebooks", "", "html")
     # After sphinx-book-theme has added its buttons (priority 501).

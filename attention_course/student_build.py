@@ -115,20 +115,31 @@ _NOTEBOOK_IMPORT = re.compile(rf"(?:from\s+{PACKAGE}\s+import\s+(?P<names>[\w\s,
 def _notebook_code(path: Path) -> str:
     import nbformat
     nb = nbformat.read(path, as_version=4)
-    return "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    # Lines starting with % or ! (IPython) would stop ast.parse: they import nothing.
+    return "\n".join("\n".join(line for line in c.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+                     for c in nb.cells if c.cell_type == "code")
 
 
 def modules_named(code: str) -> set:
-    """Package modules that notebook code imports (``from attention_course import functional as attn``)."""
+    """Package modules that notebook code imports (``from attention_course import functional as attn``,
+    ``import attention_course.data``) or reaches as ``attention_course.X``."""
     found = set()
-    for match in _NOTEBOOK_IMPORT.finditer(code):
-        if match.group("names"):
-            for part in match.group("names").replace("(", " ").replace(")", " ").split(","):
-                words = part.split()
-                if words:
-                    found.add(words[0])
-        else:
-            found.add(match.group("attr"))
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:  # a cell magic or a shell line: fall back to the text
+        found |= set(re.findall(rf"\b{PACKAGE}\.(\w+)", code))
+        found |= {n.strip().split()[0] for m in re.findall(rf"from\s+{PACKAGE}\s+import\s+([\w ,]+)", code)
+                  for n in m.split(",") if n.strip()}
+    else:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == PACKAGE:
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(f"{PACKAGE}."):
+                found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(f"{PACKAGE}.")}
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == PACKAGE:
+                found.add(node.attr)
     return {name for name in found if (PACKAGE_DIR / f"{name}.py").is_file()}
 
 
@@ -200,8 +211,18 @@ def _top_level_names(tree: ast.Module) -> dict:
 
 
 def _names_used(node: ast.AST) -> set:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | \
-        {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    """Names a definition uses when it runs: annotations (never evaluated, the modules use
+    ``from __future__ import annotations``) and docstrings do not count."""
+    annotations = set()
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns is not None:
+            annotations |= {id(x) for x in ast.walk(n.returns)}
+        elif isinstance(n, ast.arg) and n.annotation is not None:
+            annotations |= {id(x) for x in ast.walk(n.annotation)}
+        elif isinstance(n, ast.AnnAssign):
+            annotations |= {id(x) for x in ast.walk(n.annotation)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in annotations} | \
+        {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and id(n) not in annotations}
 
 
 def strip_module(name: str, pieces: list) -> str:
@@ -270,10 +291,9 @@ def uses_of_withheld(plan: ReleasePlan, modules: set, pieces: list, notebooks: d
                                                 and used in _imported_names(tree, piece.module)):
                         problems.append((piece, f"{PACKAGE}.{name}.{node_name or 'module code'}"))
     for chapter, code in notebooks.items():
+        used = notebook_uses(code)
         for piece in pieces:
-            if get_exercise(piece.label).chapter == chapter:
-                continue
-            if re.search(rf"\.{re.escape(piece.attr)}\b", code):
+            if get_exercise(piece.label).chapter != chapter and (piece.module, piece.attr) in used:
                 problems.append((piece, f"the notebook of chapter {chapter}"))
     seen, unique = set(), []
     for piece, where in problems:
@@ -282,6 +302,32 @@ def uses_of_withheld(plan: ReleasePlan, modules: set, pieces: list, notebooks: d
             seen.add(key)
             unique.append((piece, where))
     return unique
+
+
+def notebook_uses(code: str) -> set:
+    """``(module, attr)`` pairs of package objects that notebook code uses: ``attn.masked_softmax``
+    after ``from attention_course import functional as attn``, or names imported from a module."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    aliases, used = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == PACKAGE:
+            aliases.update({a.asname or a.name: a.name for a in node.names})
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(f"{PACKAGE}."):
+            used |= {(node.module.split(".")[1], a.name) for a in node.names}
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith(f"{PACKAGE}.") and a.asname:
+                    aliases[a.asname] = a.name.split(".")[1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            used.add((aliases[node.value.id], node.attr))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == PACKAGE:
+            used.add((node.value.attr, node.attr))
+    return used
 
 
 def _imported_names(tree: ast.Module, module: str) -> set:
@@ -640,11 +686,17 @@ def write_package(dest: Path, plan: ReleasePlan, root: Path) -> dict:
     if problems:
         lines = [f"  {PACKAGE}.{p.module}.{p.attr} (the answer to {p.label}) is used by {where}"
                  for p, where in problems]
-        labels_needed = sorted({p.label for p, _ in problems})
+        # Opening those may ship code that uses further answers: suggest the whole set at once.
+        labels_needed, trial = set(), problems
+        while trial:
+            labels_needed |= {p.label for p, _ in trial}
+            wider = ReleasePlan(plan.chapters, [], [], [x for x in plan.withheld if x not in labels_needed])
+            trial = uses_of_withheld(wider, modules, withheld_pieces(wider, modules), notebooks)
+        labels_needed = sorted(labels_needed)
         raise StudentBuildError(
             "this release would ship material that needs the answers to exercises it grades:\n"
             + "\n".join(lines) + "\nRelease those chapters after the exercises' deadlines (list the exercises' "
-            "chapters under answers_released in course.yml), or make them practice "
+            "chapters under answers_released in course.yml), or add them to the practice exercises "
             f"(practice: [{', '.join(labels_needed)}]).")
     for name in sorted(modules):
         (pkg / f"{name}.py").write_text(strip_module(name, pieces), encoding="utf-8")

@@ -11,7 +11,11 @@
   the grader's process; the sandboxed child only sees the student-facing runtime);
 * ``chapters/NN_*.ipynb`` – the chapter's student notebook (its setup cell is the
   fallback when a submission lost its ``setup`` tag);
-* ``extra_checks/`` – the instructor's private checks, when given.
+* ``extra_checks/`` – the instructor's private checks, when given;
+* ``course.yml`` – the instructor's points and weights, when the course has one.
+
+Of ``attention_course/exercises/`` the zip holds the chapter's own modules only: the
+references and hidden checks of other chapters stay out of it.
 
 ``AUTOGRADER_ROOT`` and ``AUTOGRADER_PYTHON`` make the layout testable offline: unpack
 the zip into ``ROOT/source``, put a notebook in ``ROOT/submission`` and run
@@ -99,9 +103,16 @@ def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, m
         add("requirements.txt", "".join(f"{k}=={v}\n" for k, v in pins.items()))
         add("autograder.json", json.dumps(config, indent=2) + "\n")
         for path in sorted(PACKAGE_DIR.rglob("*.py")):
-            if "__pycache__" in path.parts:
+            parts = path.relative_to(PACKAGE_DIR).parts
+            if "__pycache__" in parts:
+                continue
+            # The grading kit of one chapter: the references and hidden checks of that chapter only.
+            if parts[0] == "exercises" and len(parts) > 2 and parts[1] != f"ch{chapter:02d}":
                 continue
             add(f"attention_course/{path.relative_to(PACKAGE_DIR).as_posix()}", path.read_text(encoding="utf-8"))
+        from ..course_config import default_path
+        if default_path().is_file():  # the instructor's points and weights travel with the zip
+            add("course.yml", default_path().read_text(encoding="utf-8"))
         for path in sorted((root / "chapters").glob(f"{chapter:02d}_*.ipynb")):
             add(f"chapters/{path.name}", path.read_text(encoding="utf-8"))
         if extra_checks is not None:

@@ -1,0 +1,173 @@
+"""``course.yml``: an instructor's configuration of one term, in one file.
+
+It sets, without any edit to the package:
+
+* ``chapters``: the chapters released to students (``all``, a list, or a range ``1-3``);
+* ``answers_released``: chapters whose deadlines have passed, whose answers may ship in the
+  student build (so later chapters can use their library pieces);
+* ``practice``: exercises that are not graded and whose answers may ship;
+* ``student_repository``: where the students' repository lives (its launch buttons and install
+  cells point there);
+* ``exercises``: per exercise, its ``points`` and its checks' ``weights`` (check name -> weight).
+
+Everything reads it through the registry: ``release`` (the exercise index), the sites, ``grade``,
+the Gradescope zip (which carries the file) and ``release-students`` (which bakes the points into
+the student build). The file sits in the course folder, beside ``_config.yml``; the environment
+variable ``ATTENTION_COURSE_CONFIG`` names another one. A wrong key, label, check name or number
+is an error that says which and where.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+CONFIG_NAME = "course.yml"
+CONFIG_ENV = "ATTENTION_COURSE_CONFIG"
+_KEYS = {"chapters", "answers_released", "practice", "student_repository", "exercises"}
+_EXERCISE_KEYS = {"points", "weights"}
+
+
+class CourseConfigError(ValueError):
+    """A ``course.yml`` that cannot be used; the message names the file and the entry."""
+
+
+@dataclass
+class CourseConfig:
+    path: Optional[Path] = None
+    chapters: Optional[list] = None          # None: every chapter
+    answers_released: list = field(default_factory=list)
+    practice: list = field(default_factory=list)
+    student_repository: Optional[str] = None
+    exercises: dict = field(default_factory=dict)  # label -> {"points": float, "weights": {check: float}}
+
+    def released(self, chapter: int) -> bool:
+        return self.chapters is None or chapter in self.chapters
+
+
+def default_path() -> Path:
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[1] / CONFIG_NAME
+
+
+def parse_chapters(value, where: str) -> Optional[list]:
+    """``all``, ``3``, ``1-3``, ``"1,2,5"`` or a list of numbers -> sorted chapters (None: all)."""
+    if value is None or value == "all":
+        return None
+    items = value if isinstance(value, list) else [value]
+    out = set()
+    for item in items:
+        text = str(item).strip()
+        for part in text.split(","):
+            part = part.strip()
+            try:
+                if "-" in part:
+                    low, high = (int(x) for x in part.split("-", 1))
+                    if low > high:
+                        raise ValueError
+                    out |= set(range(low, high + 1))
+                elif part:
+                    out.add(int(part))
+            except ValueError:
+                raise CourseConfigError(f"{where}: {item!r} is not a chapter number, a range such as 1-3, or all") \
+                    from None
+    return sorted(out)
+
+
+def _number(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != value:
+        raise CourseConfigError(f"{where}: expected a number of at least 0, got {value!r}")
+    return float(value)
+
+
+def load(path: Optional[Path] = None) -> CourseConfig:
+    """Read and check ``course.yml`` (an absent file is the default: everything released, the
+    package's points and weights)."""
+    import yaml
+    path = Path(path) if path else default_path()
+    if not path.is_file():
+        return CourseConfig()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise CourseConfigError(f"{path}: not valid YAML ({error})") from None
+    if not isinstance(data, dict):
+        raise CourseConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise CourseConfigError(f"{path}: unknown setting {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
+    from .registry import REGISTRY, _load_exercises
+    _load_exercises()
+    config = CourseConfig(path=path)
+    config.chapters = parse_chapters(data.get("chapters"), f"{path}: chapters")
+    config.answers_released = parse_chapters(data.get("answers_released") or [], f"{path}: answers_released") or []
+    chapters = {ex.chapter for ex in REGISTRY.values()}
+    for name, values in (("chapters", config.chapters or []), ("answers_released", config.answers_released)):
+        missing = [c for c in values if c not in chapters]
+        if missing:
+            raise CourseConfigError(f"{path}: {name}: chapter {missing[0]} is not in the course "
+                                    f"(chapters {min(chapters)}-{max(chapters)})")
+    practice = data.get("practice") or []
+    if not isinstance(practice, list):
+        raise CourseConfigError(f"{path}: practice: expected a list of labels such as [ch01_ex1]")
+    for label in practice:
+        if label not in REGISTRY:
+            raise CourseConfigError(f"{path}: practice: unknown exercise {label!r}")
+    config.practice = list(practice)
+    repo = data.get("student_repository")
+    if repo is not None and not (isinstance(repo, str) and repo.startswith(("https://", "http://"))):
+        raise CourseConfigError(f"{path}: student_repository: expected an https:// address, got {repo!r}")
+    config.student_repository = repo
+    exercises = data.get("exercises") or {}
+    if not isinstance(exercises, dict):
+        raise CourseConfigError(f"{path}: exercises: expected a mapping label -> settings")
+    for label, settings in exercises.items():
+        where = f"{path}: exercises: {label}"
+        if label not in REGISTRY:
+            raise CourseConfigError(f"{where}: unknown exercise")
+        if not isinstance(settings, dict) or set(settings) - _EXERCISE_KEYS:
+            raise CourseConfigError(f"{where}: expected points and/or weights")
+        entry = {}
+        if "points" in settings:
+            entry["points"] = _number(settings["points"], f"{where}: points")
+        weights = settings.get("weights") or {}
+        if not isinstance(weights, dict):
+            raise CourseConfigError(f"{where}: weights: expected a mapping check name -> weight")
+        names = [c.name for c in REGISTRY[label].checks]
+        for check_name, weight in weights.items():
+            if check_name not in names:
+                raise CourseConfigError(f"{where}: weights: no check named {check_name!r}; its checks are: "
+                                        + "; ".join(names))
+            entry.setdefault("weights", {})[check_name] = _number(weight, f"{where}: weights: {check_name}")
+        config.exercises[label] = entry
+    return config
+
+
+_ORIGINAL: dict = {}  # label -> (points, {check: weight}) as the package registers them
+_APPLIED: dict = {"config": None}
+
+
+def apply(config: CourseConfig) -> None:
+    """Set the registry's points and weights from ``config`` (from the package's own values, so
+    applying twice, or another config, never compounds)."""
+    from .registry import REGISTRY
+    for label, exercise in REGISTRY.items():
+        if label not in _ORIGINAL:
+            _ORIGINAL[label] = (exercise.points, {c.name: c.weight for c in exercise.checks})
+        points, weights = _ORIGINAL[label]
+        entry = config.exercises.get(label, {})
+        # A practice exercise is not graded: it keeps its checks and carries no points.
+        exercise.points = 0.0 if label in config.practice else entry.get("points", points)
+        for check in exercise.checks:
+            check.weight = entry.get("weights", {}).get(check.name, weights.get(check.name, check.weight))
+    _APPLIED["config"] = config
+
+
+def active() -> CourseConfig:
+    """The configuration in force (reading the default file the first time)."""
+    from .registry import _load_all
+    _load_all()
+    return _APPLIED["config"] or CourseConfig()
