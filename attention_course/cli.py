@@ -189,7 +189,8 @@ def _release_students(args) -> int:
     from .student_release import REPORT_NAME, release_students
     try:
         chapters = parse_chapters(args.chapters, "--chapters") if args.chapters else None
-        practice = [p.strip() for p in args.practice.split(",") if p.strip()] if args.practice is not None else None
+        practice = args.practice if args.practice in (None, "auto") else \
+            [p.strip() for p in args.practice.split(",") if p.strip()]
         opened = parse_chapters(args.answers_released, "--answers-released") if args.answers_released else None
         result = release_students(Path(args.root), Path(args.out), chapters=chapters,
                                   repository_url=args.repository_url, practice=practice,
@@ -205,6 +206,11 @@ def _release_students(args) -> int:
             continue
         where = ", ".join(path for path, _ in row["found"]) or "nowhere"
         print(f"  {row['label']:9} {row['status']:40} answer appears: {where}")
+    if result.auto_practice:
+        print("practice in this release (it cannot grade them):")
+        for label, why in result.auto_practice.items():
+            print(f"  {label}: {why}")
+        print(f"grade with the same choice: practice: [{', '.join(result.auto_practice)}] in course.yml")
     print(f"the whole answer-exposure report: {result.out / REPORT_NAME}")
     if result.build_status not in (None, 0):
         print(f"attention-course release-students: the site's build failed ({result.build_status})", file=sys.stderr)
@@ -302,7 +308,8 @@ def main(argv=None) -> int:
     rst.add_argument("out", help="the folder of the student repository (new, or an earlier release)")
     rst.add_argument("--chapters", help="chapters to release, e.g. 1-3 or 1,2,5 (default: course.yml, else all)")
     rst.add_argument("--repository-url", help="the student repository's address (default: course.yml)")
-    rst.add_argument("--practice", help="exercises whose answers may ship, e.g. ch01_ex1,ch01_ex2 (default: course.yml)")
+    rst.add_argument("--practice", help="exercises whose answers may ship, e.g. ch01_ex1,ch01_ex2, or auto: "
+                          "those this release cannot grade (default: course.yml)")
     rst.add_argument("--answers-released", help="chapters whose deadlines have passed (default: course.yml)")
     rst.add_argument("--build", action="store_true", help="also build the release's site into OUT/_build/html")
     rst.add_argument("--root", default=".", help="the course folder (default: current folder)")

@@ -705,11 +705,16 @@ def exercise_index(root: Path) -> str:
         "and in the gradebook.",
         "",
     ]
+    from .course_config import active
+    config = active()  # course.yml: the chapters released, the points, the practice exercises
     for chapter in sorted(titles):
+        if not config.released(chapter):
+            continue
         title, stem = titles[chapter]
         lines += [f"## {chapter}. {title}", "", "| label | exercise | you write | points |", "|---|---|---|---|"]
         for ex in all_exercises(chapter):
-            lines.append(f"| {{ref}}`{ex.label} <{ex.label}>` | {ex.title} | `{ex.name}` | {ex.points:g} |")
+            points = "practice" if ex.label in config.practice else f"{ex.points:g}"
+            lines.append(f"| {{ref}}`{ex.label} <{ex.label}>` | {ex.title} | `{ex.name}` | {points} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -62,7 +62,12 @@ STORE_NAME = "checks.pt"
 
 
 class StudentBuildError(ValueError):
-    """A release that cannot be made as asked (its message says why and what to do)."""
+    """A release that cannot be made as asked (its message says why and what to do).
+    ``labels``: the exercises that would have to be practice for it to be made."""
+
+    def __init__(self, message: str, labels=()):
+        super().__init__(message)
+        self.labels = list(labels)
 
 
 # ---------------------------------------------------------------- what a release holds
@@ -181,6 +186,17 @@ class Withheld:
     answer_name: str  # the name the exercise asks for
     is_class: bool
 
+    @property
+    def delegates(self) -> bool:
+        """Can the student's own answer stand in for it (the same name and contract)?"""
+        return self.attr == self.answer_name or f"{self.module}.{self.attr}" in SAME_CONTRACT
+
+
+# Library pieces named otherwise than their exercise's answer that take the same arguments and
+# return the same results, so the student's answer can stand in for them (the fused-kernel
+# layer has MultiHeadAttention's constructor, parameters and forward).
+SAME_CONTRACT = {"multihead.SDPAMultiHeadAttention"}
+
 
 def withheld_pieces(plan: ReleasePlan, modules: set) -> list:
     """The library pieces, in the shipped ``modules``, that answer a withheld exercise."""
@@ -195,10 +211,7 @@ def withheld_pieces(plan: ReleasePlan, modules: set) -> list:
             if short not in modules:
                 continue
             target = getattr(importlib.import_module(module_name), attr)
-            defined_here = getattr(target, "__module__", "") == module_name
             out.append(Withheld(short, attr, label, exercise.name, inspect.isclass(target)))
-            if not defined_here:  # a re-export (translation.masked_softmax): its own module withholds it
-                out[-1].is_class = inspect.isclass(target)
     return out
 
 
@@ -238,13 +251,14 @@ def strip_module(name: str, pieces: list) -> str:
     for attr, piece in mine.items():
         where = f"{PACKAGE}.{name}.{attr}"
         maker = "cls" if piece.is_class else "function"
-        stand_in = f"{attr} = _withheld.{maker}({where!r}, {piece.label!r}, {piece.answer_name!r})\n"
+        own = piece.answer_name if piece.delegates else None
+        stand_in = f"{attr} = _withheld.{maker}({where!r}, {piece.label!r}, {own!r})\n"
         if attr in defs:
             node = defs[attr]
             first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            does = f"it calls your own {piece.answer_name}" if piece.delegates else "it raises until released"
             edits.append((first, node.end_lineno, f"# {attr}: withheld in this release (the answer to "
-                                                  f"{piece.label}); it calls your own {piece.answer_name}.\n"
-                                                  + stand_in))
+                                                  f"{piece.label}); {does}.\n" + stand_in))
         else:
             # Imported from another module (a re-export): rebind it after the imports.
             edits.append((None, None, stand_in))
@@ -265,41 +279,96 @@ def strip_module(name: str, pieces: list) -> str:
     return out
 
 
-def uses_of_withheld(plan: ReleasePlan, modules: set, pieces: list, notebooks: dict) -> list:
-    """Where shipped material outside a withheld piece uses it: ``[(piece, where)]``.
+def _module_graph(modules: set) -> tuple:
+    """``(edges, import_time, bases)`` over the shipped modules' top-level objects.
 
-    Shipped code that is not itself withheld, and the notebooks of released chapters other
-    than the exercise's own, would run the stand-in where no answer of the student's exists.
+    ``edges[(module, name)]``: the package objects that ``name``'s code uses when it runs (in
+    its own module, imported from another, or reached as ``alias.attr``). ``import_time``:
+    objects used by a module's own top-level statements (they run when it is imported).
+    ``bases[(module, name)]``: the package objects a class derives from.
     """
-    from .registry import get_exercise
-    problems = []
-    withheld_attrs = {(p.module, p.attr) for p in pieces}
-    by_attr = {}
-    for piece in pieces:
-        by_attr.setdefault(piece.attr, []).append(piece)
-    for name in sorted(modules):
-        tree = ast.parse((PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8"))
+    edges, import_time, bases = {}, set(), {}
+    for module in sorted(modules):
+        tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text(encoding="utf-8"))
+        defined = {getattr(n, "name", None) for n in tree.body} | {
+            t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        objects, aliases = {}, {}
         for node in tree.body:
-            node_name = getattr(node, "name", None)
-            if node_name and (name, node_name) in withheld_attrs:
-                continue
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                for a in node.names:
+                    objects[a.asname or a.name] = (node.module.split(".")[0], a.name)
+            elif isinstance(node, ast.ImportFrom) and node.level == 1:
+                aliases.update({a.asname or a.name: a.name for a in node.names})
+
+        def resolve(node) -> set:
+            out = set()
+            for n in ast.walk(node):
+                if isinstance(n, ast.Name) and n.id in defined:
+                    out.add((module, n.id))
+                elif isinstance(n, ast.Name) and n.id in objects:
+                    out.add(objects[n.id])
+                elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases:
+                    out.add((aliases[n.value.id], n.attr))
+            return out
+
+        for node in tree.body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            for used in _names_used(node):
-                for piece in by_attr.get(used, []):
-                    if piece.module == name or (isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign))
-                                                and used in _imported_names(tree, piece.module)):
-                        problems.append((piece, f"{PACKAGE}.{name}.{node_name or 'module code'}"))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                runtime = _names_used(node)
+                edges[(module, node.name)] = {r for r in resolve(node) if r[1] in runtime} - {(module, node.name)}
+                if isinstance(node, ast.ClassDef):
+                    bases[(module, node.name)] = set().union(*[resolve(b) for b in node.bases]) if node.bases else set()
+                # Decorators and default values run at import time.
+                for part in list(getattr(node, "decorator_list", [])) + list(
+                        getattr(getattr(node, "args", None), "defaults", []) or []):
+                    import_time |= resolve(part)
+            else:
+                import_time |= resolve(node)
+    return edges, import_time, bases
+
+
+def uses_of_withheld(plan: ReleasePlan, modules: set, pieces: list, notebooks: dict) -> list:
+    """Where shipped material would run a withheld piece with no answer of the student's at hand:
+    ``[(piece, where)]``.
+
+    A stand-in calls the student's own answer, which exists only in the notebook of the
+    exercise's chapter (and only for a piece with the answer's own contract; any other raises). So a piece may be used by code that only its own chapter's notebook
+    reaches (``translation.build_model`` builds chapter 7's ``AttentionDecoder`` from the
+    student's class); not by what another released chapter's notebook reaches, not by a
+    module's import-time code, and not as the base class of shipped code.
+    """
+    from .registry import get_exercise
+    edges, import_time, bases = _module_graph(modules)
+    keys = {(p.module, p.attr): p for p in pieces}
+    problems = []
+    for key, piece in keys.items():
+        if key in import_time:
+            problems.append((piece, f"the import of {PACKAGE}.{key[0]}"))
+        for owner, owner_bases in bases.items():
+            if key in owner_bases and owner not in keys:
+                problems.append((piece, f"{PACKAGE}.{owner[0]}.{owner[1]} (a subclass)"))
     for chapter, code in notebooks.items():
-        used = notebook_uses(code)
-        for piece in pieces:
-            if get_exercise(piece.label).chapter != chapter and (piece.module, piece.attr) in used:
-                problems.append((piece, f"the notebook of chapter {chapter}"))
-    seen, unique = set(), []
+        # What this chapter's notebook reaches; withheld pieces' own code is not shipped.
+        todo = list(notebook_uses(code))
+        seen = {}
+        for start in todo:
+            seen[start] = f"the notebook of chapter {chapter}"
+        while todo:
+            node = todo.pop()
+            if node in keys:
+                continue
+            for nxt in edges.get(node, ()):
+                if nxt not in seen:
+                    seen[nxt] = f"{PACKAGE}.{node[0]}.{node[1]}, which the notebook of chapter {chapter} uses"
+                    todo.append(nxt)
+        for key, piece in keys.items():
+            if key in seen and (get_exercise(piece.label).chapter != chapter or not piece.delegates):
+                problems.append((piece, seen[key]))
+    unique, done = [], set()
     for piece, where in problems:
-        key = (piece.module, piece.attr, where)
-        if key not in seen:
-            seen.add(key)
+        if (piece.module, piece.attr, where) not in done:
+            done.add((piece.module, piece.attr, where))
             unique.append((piece, where))
     return unique
 
@@ -669,7 +738,7 @@ def shipped_modules(plan: ReleasePlan, root: Path) -> tuple:
     return modules, notebooks
 
 
-def write_package(dest: Path, plan: ReleasePlan, root: Path) -> dict:
+def write_package(dest: Path, plan: ReleasePlan, root: Path, store_cache: Optional[dict] = None) -> dict:
     """Write the student build of the package into ``dest/attention_course``; return a summary
     (``modules``, ``withheld`` pieces, ``exercises`` stored)."""
     dest = Path(dest)
@@ -679,7 +748,10 @@ def write_package(dest: Path, plan: ReleasePlan, root: Path) -> dict:
     pkg.mkdir(parents=True)
     modules, notebooks = shipped_modules(plan, root)
     labels = plan.released_labels()
-    data, code, needed = build_store(labels)
+    cache = {} if store_cache is None else store_cache  # the stored checks do not depend on the plan
+    if tuple(labels) not in cache:
+        cache[tuple(labels)] = build_store(labels)
+    data, code, needed = cache[tuple(labels)]
     modules = _closure(modules | needed)
     pieces = withheld_pieces(plan, modules)
     problems = uses_of_withheld(plan, modules, pieces, notebooks)
@@ -697,7 +769,7 @@ def write_package(dest: Path, plan: ReleasePlan, root: Path) -> dict:
             "this release would ship material that needs the answers to exercises it grades:\n"
             + "\n".join(lines) + "\nRelease those chapters after the exercises' deadlines (list the exercises' "
             "chapters under answers_released in course.yml), or add them to the practice exercises "
-            f"(practice: [{', '.join(labels_needed)}]).")
+            f"(practice: [{', '.join(labels_needed)}]).", labels_needed)
     for name in sorted(modules):
         (pkg / f"{name}.py").write_text(strip_module(name, pieces), encoding="utf-8")
     checks_dir = pkg / "public_checks"

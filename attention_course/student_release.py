@@ -25,6 +25,7 @@ from the course repository, with the references and hidden checks.
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -42,6 +43,7 @@ from .student_build import PACKAGE, ReleasePlan, StudentBuildError, plan_release
 DISTINCTIVE_LENGTH = 25  # as release.py: shorter lines (`return out`) say nothing of an answer
 SITE_FILES = ("bibliography.md", "references.bib")
 REPORT_NAME = "RELEASE.md"
+IDIOM_COUNT = 3
 
 GITIGNORE = "_build/\n.venv/\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\n"
 
@@ -108,12 +110,11 @@ def answer_lines(label: str, root: Path) -> set:
     import inspect
     from .answers import blocked_answers
     from .registry import get_exercise
-    from .release import generate, solution_paths
+    from .release import solution_paths
     exercise = get_exercise(label)
     lines = set()
     for path in solution_paths(root, exercise.chapter):
-        _, regions = generate(path)
-        for region in regions:
+        for region in _regions(str(path), path.stat().st_mtime_ns):
             if region.label == label:
                 lines |= set(region.distinctive_lines())
     try:
@@ -127,6 +128,13 @@ def answer_lines(label: str, root: Path) -> set:
         except (OSError, TypeError):
             pass
     return lines
+
+
+@functools.lru_cache(maxsize=32)
+def _regions(path: str, mtime: int) -> tuple:
+    """A solution notebook's solution regions (cached: a report asks once per exercise)."""
+    from .release import generate
+    return tuple(generate(Path(path))[1])
 
 
 _TAG = re.compile(r"<[^>]+>")
@@ -161,6 +169,11 @@ def exposure_report(out: Path, plan: ReleasePlan, root: Path) -> list:
     files = [p for p in sorted(out.rglob("*")) if p.is_file() and ".git" not in p.parts
              and "__pycache__" not in p.parts]
     texts = {p: _searchable(p) for p in files}
+    answers = {exercise.label: answer_lines(exercise.label, root) for exercise in all_exercises()}
+    counts = {}
+    for lines in answers.values():
+        for line in lines:
+            counts[line] = counts.get(line, 0) + 1
     pages = "\n".join(text for p, text in texts.items() if p.parent == out / "chapters")
     rows = []
     for exercise in all_exercises():
@@ -170,8 +183,11 @@ def exposure_report(out: Path, plan: ReleasePlan, root: Path) -> list:
         elif label in plan.graded:
             status = "graded"
         else:
-            status = f"practice ({plan.reasons.get(label, 'practice')})"
-        lines = answer_lines(label, root)
+            reason = plan.reasons.get(label, "practice")
+            status = "practice" if reason == "practice" else f"practice ({reason})"
+        # A line in the answers of IDIOM_COUNT exercises or more is the course's idiom (a projection
+        # nn.Linear(d_in, d_out), a softmax over the keys), not one exercise's answer.
+        lines = {line for line in answers[label] if counts[line] < IDIOM_COUNT}
         # Lines the chapters print anyway (a worked example that shares a line with an answer)
         # are the chapter's own text, not something the release adds: reported on their own.
         printed = sorted(line for line in lines if line in pages)
@@ -206,7 +222,8 @@ def report_markdown(rows: list, plan: ReleasePlan, summary: dict) -> str:
         "",
         "For every exercise of the course: is it graded in this release, and does any line of its answer",
         f"(its solution, its reference, the library pieces that answer it; lines of {DISTINCTIVE_LENGTH} "
-        "characters or more) appear in a released file?",
+        f"characters or more, except idioms found in the answers of {IDIOM_COUNT} exercises or more) "
+        "appear in a released file?",
         "",
         "The last column lists lines of an answer that the chapter's own pages print (in a worked",
         "example): they are no part of what the release adds, but an exercise whose lines the page",
@@ -315,11 +332,43 @@ class StudentRelease:
     summary: dict
     report: list = field(default_factory=list)
     build_status: Optional[int] = None
+    auto_practice: dict = field(default_factory=dict)  # label -> why (practice: auto)
 
 
 def release_students(root: Path, out: Path, chapters=None, repository_url: Optional[str] = None,
                      practice=None, answers_released=None, build: bool = False) -> StudentRelease:
-    """Write the student repository of a release into ``out`` (see the module's docstring)."""
+    """Write the student repository of a release into ``out`` (see the module's docstring).
+
+    ``practice="auto"`` makes practice exactly the exercises this release cannot grade: those
+    whose library pieces the released material needs, and those whose answer the released
+    files would show. ``StudentRelease.auto_practice`` lists them, with the report saying why.
+    """
+    if practice == "auto":
+        chosen, why, cache = [], {}, {}
+        for _ in range(8):
+            try:
+                result = _release(root, out, chapters, repository_url, chosen, answers_released, build=False,
+                                  store_cache=cache)
+            except StudentBuildError as error:
+                if not error.labels or set(error.labels) <= set(chosen):
+                    raise
+                why.update({label: "the released material needs its library piece" for label in error.labels})
+                chosen = sorted(set(chosen) | set(error.labels))
+                continue
+            exposed = [row["label"] for row in result.report if row["status"] == "graded" and row["found"]]
+            if not exposed:
+                if build:
+                    result.build_status = build_site(Path(out).resolve())
+                result.auto_practice = {label: why[label] for label in chosen}
+                return result
+            why.update({label: "the released files show its answer" for label in exposed})
+            chosen = sorted(set(chosen) | set(exposed))
+        raise StudentBuildError("could not find the exercises this release can grade (practice: auto)")
+    return _release(root, out, chapters, repository_url, practice, answers_released, build)
+
+
+def _release(root: Path, out: Path, chapters, repository_url, practice, answers_released,
+             build: bool, store_cache: Optional[dict] = None) -> StudentRelease:
     import nbformat
     from . import __version__
     from .course_config import active
@@ -346,7 +395,7 @@ def release_students(root: Path, out: Path, chapters=None, repository_url: Optio
     (out / REPORT_NAME).write_text("# This release\n\nUnfinished: `attention-course release-students` did not "
                                    "complete.\n", encoding="utf-8")
 
-    summary = write_package(out, plan, root)
+    summary = write_package(out, plan, root, store_cache)
     (out / "pyproject.toml").write_text(PYPROJECT.format(
         version=__version__, chapters=", ".join(map(str, plan.chapters))), encoding="utf-8")
     requirements = [line for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines()

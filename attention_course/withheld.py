@@ -19,7 +19,10 @@ class WithheldError(NotImplementedError):
     """A withheld piece was used before the student's own answer was defined."""
 
 
-def _own_answer(where: str, label: str, answer_name: str) -> Any:
+def _own_answer(where: str, label: str, answer_name) -> Any:
+    if answer_name is None:  # a piece with a contract of its own: nothing of the student's fits it
+        raise WithheldError(f"{where} is withheld in this release: it answers {label}, which is graded. "
+                            "It ships with a later release, after the deadline.")
     main = sys.modules.get("__main__")
     own = getattr(main, answer_name, None)
     own_module = getattr(own, "__module__", "") or ""
@@ -30,8 +33,8 @@ def _own_answer(where: str, label: str, answer_name: str) -> Any:
     return own
 
 
-def function(where: str, label: str, answer_name: str):
-    """A function that calls the student's own ``answer_name``."""
+def function(where: str, label: str, answer_name):
+    """A function that calls the student's own ``answer_name`` (None: one that always raises)."""
     def stand_in(*args, **kwargs):
         return _own_answer(where, label, answer_name)(*args, **kwargs)
     stand_in.__name__ = stand_in.__qualname__ = where.rsplit(".", 1)[-1]
@@ -46,8 +49,8 @@ class _StandInClass:
         return _own_answer(cls._where, cls._label, cls._answer_name)(*args, **kwargs)
 
 
-def cls(where: str, label: str, answer_name: str) -> type:
-    """A class whose construction builds the student's own ``answer_name``."""
+def cls(where: str, label: str, answer_name) -> type:
+    """A class whose construction builds the student's own ``answer_name`` (None: always raises)."""
     name = where.rsplit(".", 1)[-1]
     return type(name, (_StandInClass,), {
         "_where": where, "_label": label, "_answer_name": answer_name,

@@ -8,7 +8,10 @@
 * every kept alternative (a correct implementation in another style) passes every
   public check and the hidden checks at several grading seeds: the checks test
   meaning, not the reference's form,
-* error-message checks carry at most a fifth of each chapter's points.
+* error-message checks carry at most a fifth of each chapter's points,
+* the public checks as an instructor's release stores them (:mod:`attention_course.student_build`:
+  the reference's and the kept mistakes' outcomes as data, the compares as extracted code) give the
+  very lines the full checks give, for the reference, the stub, every mistake and alternative.
 """
 from pathlib import Path
 
@@ -35,6 +38,26 @@ def _failures(results):
     return [r for r in results if not r.passed]
 
 
+_STORED: dict = {}
+
+
+def _as_stored(exercise, obj, full_results):
+    """The public checks of a student build give ``full_results``'s very verdicts, reasons and hints."""
+    if exercise.label not in _STORED:
+        import types
+        from attention_course.registry import exercises_from_store
+        from attention_course.student_build import build_store
+        data, code, _ = build_store([exercise.label])
+        module = types.ModuleType(f"attention_course.public_checks.{exercise.label}")
+        if exercise.label in code:
+            exec(compile(code[exercise.label], f"public_checks/{exercise.label}.py", "exec"), module.__dict__)
+        _STORED[exercise.label] = exercises_from_store(data, lambda label: module)[0]
+    stored = run_checks(exercise.label, obj, exercise=_STORED[exercise.label])
+    line = lambda r: (r.check, r.passed, r.reason, r.hint, r.mistake)  # noqa: E731
+    assert [line(r) for r in stored] == [line(r) for r in full_results], \
+        f"{exercise.label}: the stored public checks differ from the full ones"
+
+
 def test_every_chapter_has_at_least_four_exercises():
     chapters = {}
     for ex in EXERCISES:
@@ -48,6 +71,7 @@ def test_every_chapter_has_at_least_four_exercises():
 def test_reference_passes_public_and_hidden_checks(exercise):
     results = run_checks(exercise.label, exercise.reference)
     assert results and not _failures(results), [r.line() for r in _failures(results)]
+    _as_stored(exercise, exercise.reference, results)
     for seed in HIDDEN_SEEDS:
         results = run_checks(exercise.label, exercise.reference, hidden=True, seed=seed)
         assert not _failures(results), (seed, [r.line() for r in _failures(results)])
@@ -64,6 +88,7 @@ def test_solution_notebook_cell_passes(exercise):
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.label)
 def test_untouched_stub_fails_every_check(exercise):
     stub = load_objects(_notebook("chapters", exercise), exercise.label, exercise.name)
+    _as_stored(exercise, stub, run_checks(exercise.label, stub))
     for results in (run_checks(exercise.label, stub),
                     run_checks(exercise.label, stub, hidden=True, seed=3)):
         assert all(not r.passed for r in results), [r.line() for r in results]
@@ -82,7 +107,9 @@ def test_every_exercise_keeps_at_least_two_mistakes():
 
 @pytest.mark.parametrize("exercise,mistake", MISTAKES, ids=[f"{e.label}-{m.name}" for e, m in MISTAKES])
 def test_kept_mistake_is_caught_with_its_hint(exercise, mistake):
-    public = _failures(run_checks(exercise.label, mistake.impl))
+    results = run_checks(exercise.label, mistake.impl)
+    _as_stored(exercise, mistake.impl, results)
+    public = _failures(results)
     assert public, f"{mistake.name!r} passes every public check of {exercise.label}"
     for r in public:
         assert r.mistake == mistake.name and r.hint == mistake.hint, \
@@ -104,7 +131,9 @@ def test_every_exercise_keeps_at_least_three_alternatives(exercise):
 @pytest.mark.parametrize("exercise,alternative", ALTERNATIVES,
                          ids=[f"{e.label}-{a.name}" for e, a in ALTERNATIVES])
 def test_kept_alternative_passes_every_check(exercise, alternative):
-    public = _failures(run_checks(exercise.label, alternative.impl))
+    results = run_checks(exercise.label, alternative.impl)
+    _as_stored(exercise, alternative.impl, results)
+    public = _failures(results)
     assert not public, f"{alternative.name!r} ({alternative.style}) is correct but fails: " \
         f"{[r.line() for r in public]}"
     for seed in ALTERNATIVE_SEEDS:

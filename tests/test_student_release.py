@@ -1,0 +1,239 @@
+"""An instructor's release (issue 27): a student repository that carries no answer to what it grades.
+
+* the stored public checks of the student build are plain data (that they give the full checks'
+  verdicts on every reference, stub, kept mistake and alternative: tests/test_exercises.py);
+* a release of chapters 1-3: no line of a graded exercise's answer appears in any released file
+  (and the search finds a line planted in a copy); the package's answers cannot be imported; the
+  notebooks' setup, exercise and check cells, run by a Python that sees only the released
+  package, print the same check lines as under the full course, for the references and the stubs;
+  its site builds with warnings as errors, with launch buttons on the student repository;
+* a release of all nine chapters: the exercises it cannot grade are found (practice), and none
+  of the graded ones shows its answer;
+* course.yml: one exercise's points change the gradebook, the feedback, the exercise index and
+  the Gradescope zip, with no edit of the package.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from attention_course.registry import all_exercises
+from attention_course.student_build import StudentBuildError, build_store
+from attention_course.student_release import exposure_report, release_students
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDENT_REPO = "https://github.com/example-instructor/attention-students"
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError("stub")
+
+
+def test_stored_public_checks_are_plain_data():
+    """What a student build stores loads with weights_only (no object of any class is built).
+    That its verdicts equal the full checks' is proven per exercise in tests/test_exercises.py."""
+    import io
+    import torch
+    labels = [ex.label for ex in all_exercises(3)]
+    data, code, _ = build_store(labels)
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    assert sorted(loaded) == labels
+    assert all(check["outcomes"] for entry in loaded.values() for check in entry["checks"])
+    # The shipped compares hold no reference: ch03_ex3's is the shared parameter-shape compare.
+    assert "def same_parameters" in code["ch03_ex3"] and "AdditiveAttention" not in code["ch03_ex3"]
+
+
+@pytest.fixture(scope="module")
+def release_1_3(tmp_path_factory):
+    out = tmp_path_factory.mktemp("release") / "students"
+    result = release_students(ROOT, out, chapters=[1, 2, 3], repository_url=STUDENT_REPO,
+                              practice=[], answers_released=[], build=True)
+    return result
+
+
+def test_a_release_of_chapters_1_to_3_shows_no_graded_answer(release_1_3, tmp_path):
+    result = release_1_3
+    out = result.out
+    assert result.plan.graded == [ex.label for ex in all_exercises() if ex.chapter <= 3]
+    exposed = {row["label"]: row["found"] for row in result.report if row["status"] == "graded" and row["found"]}
+    assert not exposed, exposed
+    assert (out / "RELEASE.md").read_text(encoding="utf-8").count("| graded | nowhere |") == len(result.plan.graded)
+    # What an answer is made of never ships: no exercises/, no grading kit, no solutions, no later chapter.
+    package = out / "attention_course"
+    assert not (package / "exercises").exists() and not (package / "grading").exists()
+    assert not (out / "solutions").exists() and not (out / "instructors.md").exists()
+    assert sorted(p.name for p in (out / "chapters").glob("*.ipynb")) == [
+        "01_queries_keys_values.ipynb", "02_nadaraya_watson.ipynb", "03_scoring_functions.ipynb"]
+    # The search can fail: a copy with one line of ch03_ex1's reference planted in it is caught.
+    import inspect
+    from attention_course.registry import get_exercise
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("_build"))
+    body = [line.strip() for line in inspect.getsource(get_exercise("ch03_ex1").reference).splitlines()
+            if len(line.strip()) >= 25 and not line.strip().startswith(("def ", '"""', "#"))]
+    (copy / "notes.txt").write_text(f"x = 1\n    {body[-1]}\n", encoding="utf-8")
+    rows = {row["label"]: row for row in exposure_report(copy, result.plan, ROOT)}
+    assert ("notes.txt", body[-1]) in rows["ch03_ex1"]["found"]
+
+
+def _isolated_python(tmp_path: Path, package_root: Path) -> list:
+    """A Python that sees the released package and the third-party packages, not the course's."""
+    import site
+    third_party = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(
+        "import sys, runpy\n"
+        f"sys.path[:0] = [{str(package_root)!r}] + {third_party!r}\n"
+        "sys.argv = sys.argv[1:]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n", encoding="utf-8")
+    return [sys.executable, "-S", "-I", str(launcher)]
+
+
+def test_the_released_package_has_no_answer_to_import(release_1_3, tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import importlib, attention_course\n"
+        "print('file', attention_course.__file__)\n"
+        "for name in ('attention_course.exercises', 'attention_course.exercises.ch03', 'attention_course.grading'):\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "        print('imported', name)\n"
+        "    except ImportError:\n"
+        "        print('absent', name)\n"
+        "from attention_course import functional as attn\n"
+        "import torch\n"
+        "try:\n"
+        "    attn.masked_softmax(torch.zeros(1, 2, 3), torch.tensor([1]))\n"
+        "except NotImplementedError as error:\n"
+        "    print('withheld', error)\n"
+        "from attention_course.registry import all_exercises\n"
+        "print('exercises', len(all_exercises()))\n", encoding="utf-8")
+    run = subprocess.run(_isolated_python(tmp_path, release_1_3.out) + [str(script)], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == f"file {release_1_3.out / 'attention_course' / '__init__.py'}"
+    assert lines[1:4] == ["absent attention_course.exercises", "absent attention_course.exercises.ch03",
+                          "absent attention_course.grading"]
+    assert lines[4].startswith("withheld attention_course.functional.masked_softmax is withheld in this release: "
+                               "it is the answer to ch03_ex1")
+    assert lines[5] == f"exercises {len(release_1_3.plan.released_labels())}"
+
+
+def _check_script(notebook: Path, out: Path) -> None:
+    """The notebook's setup, exercise and check cells (as the grader runs them), as one script."""
+    from attention_course.notebook import _CHECK_RE, exercise_code, load_cells, setup_code
+    cells = load_cells(notebook)
+    parts = ["import matplotlib\nmatplotlib.use('Agg')", setup_code(cells)]
+    blocks = exercise_code(cells)
+    for cell in cells:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        match = cell["cell_type"] == "code" and _CHECK_RE.search(source)
+        if match:
+            parts += [blocks.get(match.group(1), ""), source]
+    out.write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("stem", ["01_queries_keys_values", "02_nadaraya_watson", "03_scoring_functions"])
+def test_the_released_checks_print_what_the_full_course_prints(release_1_3, tmp_path, stem):
+    """References (the solution notebook's cells) and stubs (the student notebook's), under the
+    released package alone and under the full course: the same check lines."""
+    for kind, notebook in (("reference", ROOT / "solutions" / f"{stem}.ipynb"),
+                           ("stub", release_1_3.out / "chapters" / f"{stem}.ipynb")):
+        script = tmp_path / f"{kind}.py"
+        _check_script(notebook, script)
+        env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "PYTHONPATH")}
+        released = subprocess.run(_isolated_python(tmp_path, release_1_3.out) + [str(script)], capture_output=True,
+                                  text=True, timeout=600, cwd=tmp_path, env=env)
+        full = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                              cwd=tmp_path, env=env)
+        assert released.returncode == 0 and full.returncode == 0, released.stderr[-2000:] + full.stderr[-2000:]
+        checks = [line for line in full.stdout.splitlines() if "public checks passed" in line]
+        assert len(checks) == len([ex for ex in all_exercises() if ex.chapter == int(stem[:2])])
+        if kind == "reference":
+            assert all(" 0/" not in line and line.split(": ")[1].split("/")[0] == line.split("/")[1].split()[0]
+                       for line in checks), checks
+        else:
+            assert all(": 0/" in line for line in checks), checks
+        assert released.stdout == full.stdout
+
+
+def test_the_release_site_builds_with_launch_buttons_on_the_student_repository(release_1_3):
+    out = release_1_3.out
+    assert release_1_3.build_status == 0
+    html = out / "_build" / "html"
+    page = (html / "pages" / "03_scoring_functions.html").read_text(encoding="utf-8")
+    assert f"{STUDENT_REPO.replace('https://github.com/', 'github/')}/blob/main/chapters/03_scoring_functions.ipynb" \
+        in page
+    assert "BEGIN SOLUTION" not in page and "solution-start" not in page
+    assert not (html / "instructors.html").exists()
+    # The download is the portable student notebook, whose install cell points at the student repository.
+    download = json.loads((html / "_sources" / "pages" / "03_scoring_functions.ipynb").read_text(encoding="utf-8"))
+    install = next("".join(c["source"]) for c in download["cells"] if "install" in c["metadata"].get("tags", []))
+    assert f"{STUDENT_REPO}/archive/refs/heads/main.zip" in install
+    index = (html / "exercises.html").read_text(encoding="utf-8")
+    assert "ch03_ex6" in index and "ch04_ex1" not in index
+
+
+def test_a_release_needing_a_graded_answer_is_refused_with_the_way_out(tmp_path):
+    with pytest.raises(StudentBuildError) as caught:
+        release_students(ROOT, tmp_path / "r", chapters=[4, 6], repository_url=STUDENT_REPO, practice=[],
+                         answers_released=[])
+    message = str(caught.value)
+    assert "attention_course.multihead.CausalAttention (the answer to ch05_ex3) is used by" in message
+    assert "ch05_ex3" in caught.value.labels
+
+
+def test_a_release_of_all_nine_chapters_grades_only_what_it_hides(tmp_path):
+    result = release_students(ROOT, tmp_path / "all", chapters=range(1, 10), repository_url=STUDENT_REPO,
+                              practice="auto", answers_released=[])
+    graded = [row for row in result.report if row["status"] == "graded"]
+    assert graded and all(not row["found"] for row in graded)
+    assert set(result.auto_practice) == {row["label"] for row in result.report if row["status"] == "practice"}
+    # Chapter 7's library builds its models from AttentionDecoder: ch07_ex1 cannot be graded with it.
+    assert result.auto_practice["ch07_ex1"] == "the released material needs its library piece"
+    assert len(graded) >= 25
+
+
+def test_course_yml_points_reach_gradebook_feedback_index_and_zip(tmp_path):
+    config = tmp_path / "course.yml"
+    config.write_text("chapters: 1-3\nexercises:\n  ch01_ex6:\n    points: 7\n", encoding="utf-8")
+    env = dict(os.environ, ATTENTION_COURSE_CONFIG=str(config))
+    cli = [sys.executable, "-m", "attention_course.cli"]
+    submissions = tmp_path / "class"
+    submissions.mkdir()
+    shutil.copy(ROOT / "solutions" / "01_queries_keys_values.ipynb", submissions / "alice.ipynb")
+    graded = subprocess.run(cli + ["grade", str(submissions), "--chapter", "1", "--seed", "3", "--out",
+                                   str(tmp_path / "grades")], capture_output=True, text=True, env=env, timeout=600)
+    assert graded.returncode == 0, graded.stderr
+    import csv
+    with open(tmp_path / "grades" / "grades.csv", encoding="utf-8", newline="") as handle:
+        row = next(csv.DictReader(handle))
+    assert float(row["ch01_ex6"]) == 7 and float(row["max_total"]) == 14  # 1+1+1+2+2 and 7
+    feedback = next((tmp_path / "grades" / "feedback").iterdir()).read_text(encoding="utf-8")
+    assert "ch01_ex6" in feedback and "7/7" in feedback.replace(" ", "").replace(".0", "")
+    refused = subprocess.run(cli + ["grade", str(submissions), "--chapter", "4"], capture_output=True, text=True,
+                             env=env, timeout=120)
+    assert refused.returncode == 2 and "chapter 4 is not released" in refused.stderr
+    index = subprocess.run([sys.executable, "-c", "from attention_course.release import exercise_index; "
+                            f"print(exercise_index({str(ROOT)!r}))"], capture_output=True, text=True, env=env)
+    assert "| `temperature_for_peak` | 7 |" in index.stdout
+    archive = tmp_path / "autograder.zip"
+    zipped = subprocess.run(cli + ["gradescope", "--chapter", "1", "--seed", "3", "--out", str(archive)],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert zipped.returncode == 0, zipped.stderr
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+        assert zf.read("course.yml").decode() == config.read_text(encoding="utf-8")
+    assert any(n.startswith("attention_course/exercises/ch01/") for n in names)
+    assert not any(n.startswith("attention_course/exercises/ch02/") for n in names)
