@@ -44,25 +44,43 @@ def stage_student(root: Path, staging: Path) -> Path:
     shutil.copytree(root / "_static", staging / "_static")
     shutil.copytree(root / "_extra", staging / "_extra")
     (staging / "chapters").mkdir()
-    from .release import generate, solution_paths
+    from .release import EXERCISE_INDEX, exercise_index, generate, solution_paths
+    if (staging / EXERCISE_INDEX).exists():  # written afresh: it follows course.yml even if not re-released
+        (staging / EXERCISE_INDEX).write_text(exercise_index(root), encoding="utf-8")
     for solution in solution_paths(root):
         text, _ = generate(solution, portable=False)
         (staging / "chapters" / solution.name).write_text(text, encoding="utf-8")
 
-    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
-    config["title"] = f"{config.get('title', 'Course')} (student edition)"
-    config["exclude_patterns"] = [p for p in config.get("exclude_patterns", []) if not p.startswith("chapters")]
+    config_data = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    config_data["title"] = f"{config_data.get('title', 'Course')} (student edition)"
+    config_data["exclude_patterns"] = [p for p in config_data.get("exclude_patterns", []) if not p.startswith("chapters")]
     # The student notebooks are shown as generated: worked examples keep their
     # outputs, exercises are empty. Executing them would only print failing checks.
-    config.setdefault("execute", {})["execute_notebooks"] = "off"
-    sphinx_config = config.setdefault("sphinx", {}).setdefault("config", {})
+    config_data.setdefault("execute", {})["execute_notebooks"] = "off"
+    sphinx_config = config_data.setdefault("sphinx", {}).setdefault("config", {})
     sphinx_config["attention_course_edition"] = "student"
     # Downloads offer the portable student notebooks of the course folder, not the MyST pages' sources.
     sphinx_config["attention_course_notebooks"] = str((root / "chapters").resolve())
-    (staging / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    (staging / "_config.yml").write_text(yaml.safe_dump(config_data, sort_keys=False), encoding="utf-8")
 
-    toc = (root / "_toc.yml").read_text(encoding="utf-8")
-    (staging / "_toc.yml").write_text(toc.replace("file: solutions/", "file: chapters/"), encoding="utf-8")
+    toc = (root / "_toc.yml").read_text(encoding="utf-8").replace("file: solutions/", "file: chapters/")
+    from .course_config import active
+    config = active()
+    if config.chapters is not None:
+        # course.yml releases some chapters: the others leave the site, and references to them
+        # read as plain text (attention_course.sphinxext).
+        from .release import chapter_number
+        from .student_build import ReleasePlan
+        from .student_release import unreleased_targets
+        dropped = [p.stem for p in solution_paths(root) if not config.released(chapter_number(p))]
+        toc = "\n".join(line for line in toc.splitlines()
+                        if not any(line.strip() == f"- file: chapters/{stem}" for stem in dropped)) + "\n"
+        for stem in dropped:
+            (staging / "chapters" / f"{stem}.ipynb").unlink()
+        sphinx_config["attention_course_unreleased"] = unreleased_targets(
+            root, ReleasePlan(config.chapters, [], [], []))
+        (staging / "_config.yml").write_text(yaml.safe_dump(config_data, sort_keys=False), encoding="utf-8")
+    (staging / "_toc.yml").write_text(toc, encoding="utf-8")
     return staging
 
 
