@@ -26,6 +26,10 @@ The **tooling** behind them:
 * :mod:`attention_course.progress`       – ``attention-course progress``: the public checks of a reader's notebooks
 * :mod:`attention_course.grading`        – the sandboxed class grader and the Gradescope zip
 * :mod:`attention_course.editions`       – building the two editions of the site (full, student)
+* :mod:`attention_course.course_config`  – ``course.yml``: chapters released, points, weights, practice
+* :mod:`attention_course.student_build`  – an instructor's release: the package without answers, stored public checks
+* :mod:`attention_course.student_release` – ``attention-course release-students``: the student repository and its answer-exposure report
+* :mod:`attention_course.withheld`       – the stand-ins of library pieces a release withholds
 * :mod:`attention_course.sphinxext`      – the sites' Sphinx extension (downloads and launch buttons give the student notebook)
 * :mod:`attention_course.scaffold`       – ``attention-course new-exercise``: the skeleton of a new exercise
 * :mod:`attention_course.cli`            – the ``attention-course`` command

@@ -3,9 +3,10 @@
 * the stored public checks of the student build are plain data (that they give the full checks'
   verdicts on every reference, stub, kept mistake and alternative: tests/test_exercises.py);
 * a release of chapters 1-3: no line of a graded exercise's answer appears in any released file
-  (and the search finds a line planted in a copy); the package's answers cannot be imported; the
-  notebooks' setup, exercise and check cells, run by a Python that sees only the released
-  package, print the same check lines as under the full course, for the references and the stubs;
+  (and the search finds a line planted in a copy); the package pip installs from the student
+  repository has no answer to import; the notebooks' setup, exercise and check cells, run by a
+  Python that sees only that installed package (and the third-party ones), print the same check
+  lines as under the full course, for the references and the stubs;
   its site builds with warnings as errors, with launch buttons on the student repository;
 * a release of all nine chapters: the exercises it cannot grade are found (practice), and none
   of the graded ones shows its answer;
@@ -86,6 +87,15 @@ def test_a_release_of_chapters_1_to_3_shows_no_graded_answer(release_1_3, tmp_pa
     assert ("notes.txt", body[-1]) in rows["ch03_ex1"]["found"]
 
 
+@pytest.fixture(scope="module")
+def installed_1_3(release_1_3, tmp_path_factory):
+    """The released package as pip installs it from the student repository (its package data too)."""
+    target = tmp_path_factory.mktemp("site-packages")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(release_1_3.out)], check=True, timeout=300)
+    return target
+
+
 def _isolated_python(tmp_path: Path, package_root: Path) -> list:
     """A Python that sees the released package and the third-party packages, not the course's."""
     import site
@@ -99,7 +109,7 @@ def _isolated_python(tmp_path: Path, package_root: Path) -> list:
     return [sys.executable, "-S", "-I", str(launcher)]
 
 
-def test_the_released_package_has_no_answer_to_import(release_1_3, tmp_path):
+def test_the_released_package_has_no_answer_to_import(release_1_3, installed_1_3, tmp_path):
     script = tmp_path / "probe.py"
     script.write_text(
         "import importlib, attention_course\n"
@@ -118,11 +128,11 @@ def test_the_released_package_has_no_answer_to_import(release_1_3, tmp_path):
         "    print('withheld', error)\n"
         "from attention_course.registry import all_exercises\n"
         "print('exercises', len(all_exercises()))\n", encoding="utf-8")
-    run = subprocess.run(_isolated_python(tmp_path, release_1_3.out) + [str(script)], capture_output=True,
+    run = subprocess.run(_isolated_python(tmp_path, installed_1_3) + [str(script)], capture_output=True,
                          text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0] == f"file {release_1_3.out / 'attention_course' / '__init__.py'}"
+    assert lines[0] == f"file {installed_1_3 / 'attention_course' / '__init__.py'}"
     assert lines[1:4] == ["absent attention_course.exercises", "absent attention_course.exercises.ch03",
                           "absent attention_course.grading"]
     assert lines[4].startswith("withheld attention_course.functional.masked_softmax is withheld in this release: "
@@ -145,7 +155,7 @@ def _check_script(notebook: Path, out: Path) -> None:
 
 
 @pytest.mark.parametrize("stem", ["01_queries_keys_values", "02_nadaraya_watson", "03_scoring_functions"])
-def test_the_released_checks_print_what_the_full_course_prints(release_1_3, tmp_path, stem):
+def test_the_released_checks_print_what_the_full_course_prints(release_1_3, installed_1_3, tmp_path, stem):
     """References (the solution notebook's cells) and stubs (the student notebook's), under the
     released package alone and under the full course: the same check lines."""
     for kind, notebook in (("reference", ROOT / "solutions" / f"{stem}.ipynb"),
@@ -153,7 +163,7 @@ def test_the_released_checks_print_what_the_full_course_prints(release_1_3, tmp_
         script = tmp_path / f"{kind}.py"
         _check_script(notebook, script)
         env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "PYTHONPATH")}
-        released = subprocess.run(_isolated_python(tmp_path, release_1_3.out) + [str(script)], capture_output=True,
+        released = subprocess.run(_isolated_python(tmp_path, installed_1_3) + [str(script)], capture_output=True,
                                   text=True, timeout=600, cwd=tmp_path, env=env)
         full = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
                               cwd=tmp_path, env=env)
