@@ -194,7 +194,7 @@ def _release_students(args) -> int:
         opened = parse_chapters(args.answers_released, "--answers-released") if args.answers_released else None
         result = release_students(Path(args.root), Path(args.out), chapters=chapters,
                                   repository_url=args.repository_url, practice=practice,
-                                  answers_released=opened, build=args.build)
+                                  answers_released=opened, build=args.build, jupyterhub_url=args.jupyterhub_url)
     except (CourseConfigError, StudentBuildError, ValueError) as error:
         print(f"attention-course release-students: {error}", file=sys.stderr)
         return 2
@@ -311,6 +311,8 @@ def main(argv=None) -> int:
     rst.add_argument("--practice", help="exercises whose answers may ship, e.g. ch01_ex1,ch01_ex2, or auto: "
                           "those this release cannot grade (default: course.yml)")
     rst.add_argument("--answers-released", help="chapters whose deadlines have passed (default: course.yml)")
+    rst.add_argument("--jupyterhub-url", help="the class's JupyterHub, for JupyterHub launch buttons "
+                                             "(default: course.yml)")
     rst.add_argument("--build", action="store_true", help="also build the release's site into OUT/_build/html")
     rst.add_argument("--root", default=".", help="the course folder (default: current folder)")
     rst.set_defaults(func=_release_students)

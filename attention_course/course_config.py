@@ -8,6 +8,7 @@ It sets, without any edit to the package:
 * ``practice``: exercises that are not graded and whose answers may ship;
 * ``student_repository``: where the students' repository lives (its launch buttons and install
   cells point there);
+* ``jupyterhub_url``: the class's JupyterHub, for the release's JupyterHub launch buttons;
 * ``exercises``: per exercise, its ``points`` and its checks' ``weights`` (check name -> weight).
 
 Everything reads it through the registry: ``release`` (the exercise index), the sites, ``grade``,
@@ -25,7 +26,7 @@ from typing import Optional
 
 CONFIG_NAME = "course.yml"
 CONFIG_ENV = "ATTENTION_COURSE_CONFIG"
-_KEYS = {"chapters", "answers_released", "practice", "student_repository", "exercises"}
+_KEYS = {"chapters", "answers_released", "practice", "student_repository", "jupyterhub_url", "exercises"}
 _EXERCISE_KEYS = {"points", "weights"}
 
 
@@ -40,6 +41,7 @@ class CourseConfig:
     answers_released: list = field(default_factory=list)
     practice: list = field(default_factory=list)
     student_repository: Optional[str] = None
+    jupyterhub_url: Optional[str] = None       # the class's JupyterHub (launch buttons via nbgitpuller)
     exercises: dict = field(default_factory=dict)  # label -> {"points": float, "weights": {check: float}}
 
     def released(self, chapter: int) -> bool:
@@ -121,6 +123,10 @@ def load(path: Optional[Path] = None) -> CourseConfig:
     if repo is not None and not (isinstance(repo, str) and repo.startswith(("https://", "http://"))):
         raise CourseConfigError(f"{path}: student_repository: expected an https:// address, got {repo!r}")
     config.student_repository = repo
+    hub = data.get("jupyterhub_url")
+    if hub is not None and not (isinstance(hub, str) and hub.startswith(("https://", "http://"))):
+        raise CourseConfigError(f"{path}: jupyterhub_url: expected an https:// address, got {hub!r}")
+    config.jupyterhub_url = hub
     exercises = data.get("exercises") or {}
     if not isinstance(exercises, dict):
         raise CourseConfigError(f"{path}: exercises: expected a mapping label -> settings")
@@ -144,6 +150,21 @@ def load(path: Optional[Path] = None) -> CourseConfig:
             entry.setdefault("weights", {})[check_name] = _number(weight, f"{where}: weights: {check_name}")
         config.exercises[label] = entry
     return config
+
+
+def chapter_settings(path: Path, chapter: int) -> str:
+    """The part of ``course.yml`` that grades ``chapter`` (for a grading kit that holds that
+    chapter's exercises only): its exercises' points and weights, and its practice exercises."""
+    import yaml
+    load(path)  # the whole file is checked first
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    prefix = f"ch{chapter:02d}_"
+    kept = {"chapters": [chapter],
+            "practice": [label for label in data.get("practice") or [] if label.startswith(prefix)],
+            "exercises": {label: value for label, value in (data.get("exercises") or {}).items()
+                          if label.startswith(prefix)}}
+    header = f"# course.yml of the course, as it grades chapter {chapter} (written by attention-course gradescope)\n"
+    return header + yaml.safe_dump(kept, sort_keys=False, allow_unicode=True)
 
 
 _ORIGINAL: dict = {}  # label -> (points, {check: weight}) as the package registers them

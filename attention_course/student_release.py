@@ -336,7 +336,8 @@ class StudentRelease:
 
 
 def release_students(root: Path, out: Path, chapters=None, repository_url: Optional[str] = None,
-                     practice=None, answers_released=None, build: bool = False) -> StudentRelease:
+                     practice=None, answers_released=None, build: bool = False,
+                     jupyterhub_url: Optional[str] = None) -> StudentRelease:
     """Write the student repository of a release into ``out`` (see the module's docstring).
 
     ``practice="auto"`` makes practice exactly the exercises this release cannot grade: those
@@ -348,7 +349,7 @@ def release_students(root: Path, out: Path, chapters=None, repository_url: Optio
         for _ in range(8):
             try:
                 result = _release(root, out, chapters, repository_url, chosen, answers_released, build=False,
-                                  store_cache=cache)
+                                  store_cache=cache, jupyterhub_url=jupyterhub_url)
             except StudentBuildError as error:
                 if not error.labels or set(error.labels) <= set(chosen):
                     raise
@@ -364,11 +365,13 @@ def release_students(root: Path, out: Path, chapters=None, repository_url: Optio
             why.update({label: "the released files show its answer" for label in exposed})
             chosen = sorted(set(chosen) | set(exposed))
         raise StudentBuildError("could not find the exercises this release can grade (practice: auto)")
-    return _release(root, out, chapters, repository_url, practice, answers_released, build)
+    return _release(root, out, chapters, repository_url, practice, answers_released, build,
+                    jupyterhub_url=jupyterhub_url)
 
 
 def _release(root: Path, out: Path, chapters, repository_url, practice, answers_released,
-             build: bool, store_cache: Optional[dict] = None) -> StudentRelease:
+             build: bool, store_cache: Optional[dict] = None,
+             jupyterhub_url: Optional[str] = None) -> StudentRelease:
     import nbformat
     from . import __version__
     from .course_config import active
@@ -426,17 +429,21 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
     for table in sorted((root / "bench").glob("*.csv")):
         (out / "bench").mkdir(exist_ok=True)
         shutil.copy2(table, out / "bench" / table.name)
-    for name in ("_static", "_extra"):
-        shutil.copytree(root / name, out / name)
+    for name in ("_static", "_extra", "binder"):  # binder/: the Binder button builds from it (CPU torch)
+        if (root / name).is_dir():
+            shutil.copytree(root / name, out / name)
     (out / "intro.md").write_text(intro_text(root, plan, titles), encoding="utf-8")
     (out / "exercises.md").write_text(exercise_index(plan, titles), encoding="utf-8")
     site = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     site["title"] = f"{site.get('title', 'Course')} (chapters {', '.join(map(str, plan.chapters))})"
-    site["exclude_patterns"] = ["_static/*", "_extra/*", ".venv/*", "_build/*", "chapters/*", "README.md",
+    site["exclude_patterns"] = ["_static/*", "_extra/*", ".venv/*", "_build/*", "chapters/*", "binder/*", "README.md",
                                 REPORT_NAME, "**.ipynb_checkpoints"]
     site.setdefault("execute", {})["execute_notebooks"] = "off"
     site.setdefault("repository", {})["url"] = repository_url
     site["repository"].pop("path_to_book", None)
+    hub = jupyterhub_url or config.jupyterhub_url
+    if hub:  # the JupyterHub button: nbgitpuller pulls this repository and opens the chapter
+        site.setdefault("launch_buttons", {})["jupyterhub_url"] = hub
     sphinx_config = site.setdefault("sphinx", {}).setdefault("config", {})
     sphinx_config["attention_course_edition"] = "student"
     sphinx_config["attention_course_unreleased"] = unreleased_targets(root, plan)

@@ -31,6 +31,7 @@ from attention_course.student_release import exposure_report, release_students
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT_REPO = "https://github.com/example-instructor/attention-students"
+HUB = "https://hub.example.edu"
 
 
 def _stub(*args, **kwargs):
@@ -58,7 +59,7 @@ def test_stored_public_checks_are_plain_data():
 def release_1_3(tmp_path_factory):
     out = tmp_path_factory.mktemp("release") / "students"
     result = release_students(ROOT, out, chapters=[1, 2, 3], repository_url=STUDENT_REPO,
-                              practice=[], answers_released=[], build=True)
+                              practice=[], answers_released=[], build=True, jupyterhub_url=HUB)
     return result
 
 
@@ -185,6 +186,11 @@ def test_the_release_site_builds_with_launch_buttons_on_the_student_repository(r
     page = (html / "pages" / "03_scoring_functions.html").read_text(encoding="utf-8")
     assert f"{STUDENT_REPO.replace('https://github.com/', 'github/')}/blob/main/chapters/03_scoring_functions.ipynb" \
         in page
+    # JupyterHub: nbgitpuller pulls the student repository and opens the chapter's student notebook.
+    assert (f'href="{HUB}/hub/user-redirect/git-pull?repo=https%3A//github.com/example-instructor/attention-students'
+            f'&amp;urlpath=lab/tree/attention-students/chapters/03_scoring_functions.ipynb&amp;branch=main"') in page \
+        or (f'href="{HUB}/hub/user-redirect/git-pull?repo=https%3A//github.com/example-instructor/attention-students'
+            f'&urlpath=lab/tree/attention-students/chapters/03_scoring_functions.ipynb&branch=main"') in page
     assert "BEGIN SOLUTION" not in page and "solution-start" not in page
     assert not (html / "instructors.html").exists()
     # The download is the portable student notebook, whose install cell points at the student repository.
@@ -244,6 +250,24 @@ def test_course_yml_points_reach_gradebook_feedback_index_and_zip(tmp_path):
     assert zipped.returncode == 0, zipped.stderr
     with zipfile.ZipFile(archive) as zf:
         names = zf.namelist()
-        assert zf.read("course.yml").decode() == config.read_text(encoding="utf-8")
+        import yaml
+        zipped_config = yaml.safe_load(zf.read("course.yml").decode())
+        assert zipped_config["exercises"] == {"ch01_ex6": {"points": 7}} and zipped_config["chapters"] == [1]
     assert any(n.startswith("attention_course/exercises/ch01/") for n in names)
     assert not any(n.startswith("attention_course/exercises/ch02/") for n in names)
+    # Run as Gradescope runs it, with no environment variable: the zip's own course.yml sets the points.
+    import stat
+    gs = tmp_path / "autograder"
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(gs / "source")
+    runner = gs / "source" / "run_autograder"
+    runner.chmod(runner.stat().st_mode | stat.S_IXUSR)
+    (gs / "submission").mkdir()
+    shutil.copy(ROOT / "solutions" / "01_queries_keys_values.ipynb", gs / "submission")
+    plain = {k: v for k, v in os.environ.items() if k != "ATTENTION_COURSE_CONFIG"}
+    done = subprocess.run([str(runner)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=dict(plain, AUTOGRADER_ROOT=str(gs), AUTOGRADER_PYTHON=sys.executable))
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((gs / "results" / "results.json").read_text())
+    assert results["score"] == results["max_score"] == 14
+    assert sum(t["max_score"] for t in results["tests"] if t["name"].startswith("ch01_ex6")) == pytest.approx(7)

@@ -110,9 +110,9 @@ def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, m
             if parts[0] == "exercises" and len(parts) > 2 and parts[1] != f"ch{chapter:02d}":
                 continue
             add(f"attention_course/{path.relative_to(PACKAGE_DIR).as_posix()}", path.read_text(encoding="utf-8"))
-        from ..course_config import default_path
+        from ..course_config import chapter_settings, default_path
         if default_path().is_file():  # the instructor's points and weights travel with the zip
-            add("course.yml", default_path().read_text(encoding="utf-8"))
+            add("course.yml", chapter_settings(default_path(), chapter))
         for path in sorted((root / "chapters").glob(f"{chapter:02d}_*.ipynb")):
             add(f"chapters/{path.name}", path.read_text(encoding="utf-8"))
         if extra_checks is not None:

@@ -73,11 +73,12 @@ def _hidden_calls(seed):
 
 
 def _cost_variant(out_proj=True, qkv_bias_counted=True, out_bias=True, heads_in_weights=True,
-                  score_width="d_out", projections=3):
+                  score_width="d_out", projections=3, qkv_bias_always=False):
     def cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
         head_dim = d_out // num_heads
-        width = head_dim if score_width == "head_dim" else d_out
-        parameters = projections * d_in * d_out + (3 * d_out if qkv_bias and qkv_bias_counted else 0)
+        width = {"head_dim": head_dim, "d_out per head": num_heads * d_out}.get(score_width, d_out)
+        with_bias = (qkv_bias or qkv_bias_always) and qkv_bias_counted
+        parameters = projections * d_in * d_out + (3 * d_out if with_bias else 0)
         if out_proj:
             parameters += d_out * d_out + (d_out if out_bias else 0)
         weights_elements = batch * (num_heads if heads_in_weights else 1) * num_tokens * num_tokens
@@ -102,6 +103,14 @@ mistakes.add("weights of one head",
 mistakes.add("query, key and value biases left out",
              "with qkv_bias the three projections have a bias each: 3 * d_out more parameters.",
              _cost_variant(qkv_bias_counted=False))
+mistakes.add("every head's products at width d_out",
+             "each head's scores and weighted sums were counted at the width d_out; a head works on its own "
+             "head_dim = d_out / num_heads features, so the num_heads heads together take the width d_out, "
+             "not num_heads * d_out.",
+             _cost_variant(score_width="d_out per head"))
+mistakes.add("query, key and value biases always counted",
+             "the three projections have biases only when qkv_bias is True; without it they add no parameters.",
+             _cost_variant(qkv_bias_always=True))
 mistakes.add("output bias left out",
              "out_proj has a bias (d_out parameters) whether or not qkv_bias is set.",
              _cost_variant(out_bias=False))
