@@ -83,7 +83,39 @@ def load_cells(path: Path) -> list:
                             f"{str(error)[:200]})") from error
     if not isinstance(data, dict) or data.get("nbformat") != 4 or not isinstance(data.get("cells"), list):
         raise NotebookError(f"{path.name}: not an nbformat-4 notebook (found nbformat={data.get('nbformat') if isinstance(data, dict) else None!r})")
+    problem = schema_problem(data)
+    if problem:
+        raise NotebookError(f"{path.name}: not a valid notebook ({problem}); save it again from Jupyter, "
+                            "or open it there and fix the cell named")
     return [_clean_cell(c) for c in data["cells"] if isinstance(c, dict)]
+
+
+def schema_problem(data: dict) -> Optional[str]:
+    """How ``data`` breaks the nbformat 4 schema, or None.
+
+    First what nbformat repairs itself on reading (a cell without an ``id`` in format 4.5,
+    which some clients write) is repaired, on a copy; the schema of the notebook's minor
+    version (4.0 to 4.5; a later minor version is checked as 4.5) then decides.
+    """
+    import warnings
+    from nbformat.validator import ValidationError, normalize, validate
+    minor = data.get("nbformat_minor")
+    minor = minor if isinstance(minor, int) and not isinstance(minor, bool) and 0 <= minor <= 5 else 5
+    for index, cell in enumerate(data.get("cells", [])):  # nbformat's repair assumes objects
+        if not isinstance(cell, dict):
+            return f"{type(cell).__name__} where a cell should be at cells/{index}"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, repaired = normalize(data, version=4, version_minor=minor)
+            validate(repaired, version=4, version_minor=minor)
+    except ValidationError as error:
+        where = "/".join(str(part) for part in list(getattr(error, "absolute_path", []) or [])[:6])
+        message = printable(str(getattr(error, "message", error)).splitlines()[0])[:160]
+        return f"{message} at {where}" if where else message
+    except (RecursionError, MemoryError, TypeError, ValueError, KeyError, AttributeError) as error:
+        return f"{type(error).__name__} while checking it"
+    return None
 
 
 def exercise_labels(source: str) -> list:

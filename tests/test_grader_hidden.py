@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attention_course.grading.gradescope import _student_identity
-from attention_course.grading.grader import Submission, build_plan, run_grading, student_seed
+from attention_course.grading.grader import Submission, build_plan, student_plan, run_grading, student_seed
 from attention_course.grading.reports import gradescope_results
 from attention_course.grading.sandbox import Sandbox
 
@@ -34,8 +34,15 @@ def test_each_student_gets_their_own_reproducible_hidden_inputs(tmp_path):
     seeds = {name: student_seed(2024, name) for name in ("alice", "bob", "alice~2")}
     assert len(set(seeds.values())) == 3 and student_seed(2024, "alice") == seeds["alice"]
     assert student_seed(2025, "alice") != seeds["alice"]
-    inputs = {name: _first_hidden_input(build_plan(1, seed)) for name, seed in seeds.items()}
+    class_plan = build_plan(1, 2024)
+    plans = {name: student_plan(class_plan, seed) for name, seed in seeds.items()}
+    inputs = {name: _first_hidden_input(plan) for name, plan in plans.items()}
     assert not torch.equal(inputs["alice"], inputs["bob"]) or inputs["alice"].shape != inputs["bob"].shape
+    # The public checks' grading inputs are the class's; the hidden ones are each student's (and since
+    # a solution scores full marks below on each, the child ran each student's own hidden inputs).
+    for ep_class, ep_alice in zip(class_plan.exercises, plans["alice"].exercises):
+        for cp_class, cp_alice in zip(ep_class.checks, ep_alice.checks):
+            assert (cp_class is cp_alice) == cp_class.check.public
     with Sandbox(jobs=2, workdir=tmp_path / "sandbox") as box:
         subs = [Submission(name, SOLUTION_1) for name in ("alice", "bob")]
         run = run_grading(subs, 1, seed=2024, sandbox=box, time_limit=10)

@@ -1,7 +1,8 @@
 """Issue 21's notebooks that once took a whole class down, or got the wrong cell graded.
 
 Each row was measured against the grader before its fix: a notebook nested 100,000 levels deep,
-a cell whose metadata is a string or whose source list holds a number, and an expression too deep
+a cell whose metadata is a string or whose source list holds a number (it breaks the nbformat
+schema: 0 with the place named; what real clients write stays valid), and an expression too deep
 for ``ast.parse`` crashed ``grade`` for everyone (no grades.csv); a Markdown cell of many directive
 openings took time quadratic in its length; an exercise cell that defined its answer inside an
 ``if`` had an old scratch cell graded instead. Now each is one submission's business.
@@ -58,13 +59,38 @@ def test_a_notebook_nested_too_deep_scores_zero_and_the_class_goes_on(sandbox, t
     assert sum(e.points for e in results["good"].exercises) == CHAPTER1_POINTS
 
 
-def test_cells_of_the_wrong_types_are_read_as_nothing(sandbox, tmp_path):
+def test_a_notebook_that_breaks_the_schema_scores_zero_with_the_place_named(sandbox, tmp_path):
+    """Cells of the wrong types (a string as metadata, a number in a source list, a cell that is
+    not an object) break the nbformat schema: the submission scores 0 with where and why."""
     nb = _solution()
     nb["cells"].insert(1, {"cell_type": "code", "metadata": "tags", "source": ["x = 1\n", 7, None]})
     nb["cells"].insert(1, {"cell_type": 3, "metadata": {"tags": "setup"}, "source": {"a": 1}})
     nb["cells"].insert(1, "not a cell")
-    results = _grade(sandbox, tmp_path, {"odd": nb})
-    assert sum(e.points for e in results["odd"].exercises) == CHAPTER1_POINTS
+    results = _grade(sandbox, tmp_path, {"odd": nb, "good": _solution()})
+    assert sum(e.points for e in results["odd"].exercises) == 0
+    reason = results["odd"].exercises[0].reason
+    assert "not a valid notebook" in reason and "cells/1" in reason, reason
+    assert sum(e.points for e in results["good"].exercises) == CHAPTER1_POINTS
+
+
+def test_what_notebook_clients_write_is_valid(sandbox, tmp_path):
+    """No cell ids (older clients writing 4.5), Colab's metadata, an older minor version and
+    outputs of every kind: all valid, all graded in full."""
+    without_ids = _solution()
+    for cell in without_ids["cells"]:
+        cell.pop("id", None)
+    colab = _solution()
+    colab["metadata"] = {"colab": {"provenance": [], "toc_visible": True}, "kernelspec": {"name": "python3",
+                                                                                           "display_name": "Python 3"},
+                         "accelerator": "GPU"}
+    for cell in colab["cells"]:
+        cell.pop("id", None)
+        cell["metadata"] = dict(cell.get("metadata", {}), id="x1y2", colab={"base_uri": "https://localhost:8080/"})
+    colab["nbformat_minor"] = 0
+    results = _grade(sandbox, tmp_path, {"without_ids": without_ids, "colab": colab})
+    for name in ("without_ids", "colab"):
+        assert sum(e.points for e in results[name].exercises) == CHAPTER1_POINTS, \
+            [e.reason for e in results[name].exercises if e.points == 0]
 
 
 def test_an_expression_too_deep_to_parse_costs_only_its_exercise(sandbox, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import signal
 import threading
@@ -67,8 +68,11 @@ class GradingPlan:
     def max_total(self) -> float:
         return float(sum(p.exercise.points for p in self.exercises))
 
-    def calls_data(self) -> dict:
-        return {p.label: [[dataclasses.asdict(c) for c in cp.calls] for cp in p.checks] for p in self.exercises}
+    def calls_data(self, hidden_only: bool = False) -> dict:
+        """Every check's calls by exercise; ``hidden_only``: None in place of the public checks'
+        (a student's file, read over the class's)."""
+        return {p.label: [None if hidden_only and cp.check.public else [dataclasses.asdict(c) for c in cp.calls]
+                          for cp in p.checks] for p in self.exercises}
 
 
 def standard_setup(chapter: int, root: Optional[Path] = None) -> str:
@@ -95,6 +99,33 @@ def student_seed(seed: int, student: str) -> int:
     reproducible from the log (``--seed``)."""
     digest = hashlib.sha256(f"{int(seed)}\0{student}".encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def student_plan(plan: GradingPlan, seed: int) -> GradingPlan:
+    """One student's plan: the class ``plan`` with its **hidden** checks drawn afresh from ``seed``
+    (:func:`student_seed`), their reference outcomes computed for this student.
+
+    The grading inputs of the public checks' kinds come from the class seed, shared by the class
+    (students never see them either; the secret seed decides them): recomputing the reference on
+    every check for every student cost up to twice the grading time of a class (bench/grading_seeds.py).
+    """
+    exercises = []
+    torch_state = torch.random.get_rng_state()
+    try:
+        for ep in plan.exercises:
+            checks = []
+            for cp in ep.checks:
+                if cp.check.public:
+                    checks.append(cp)
+                    continue
+                check_seed = hidden_seed(seed, cp.index)
+                calls = cp.check.make_calls(check_seed)
+                checks.append(CheckPlan(cp.check, cp.index, check_seed, calls,
+                                        outcomes_for(ep.exercise.reference, calls, ep.exercise.kind)))
+            exercises.append(ExercisePlan(ep.exercise, ep.cells_from, checks, ep.blocked))
+    finally:
+        torch.random.set_rng_state(torch_state)
+    return GradingPlan(plan.chapter, seed, exercises, plan.standard_setup, plan.extra_files)
 
 
 def build_plan(chapter: int, seed: int, extra_checks: Optional[Path] = None,
@@ -331,7 +362,7 @@ class Grader:
         self.plan, self.sandbox = plan, sandbox
         self.time_limit, self.memory_mb = float(time_limit), int(memory_mb)
         self.plan_for_seed = plan_for_seed
-        self._plans = {}  # seed -> (plan, calls_path)
+        self._plans = {}  # seed -> (plan, path of the student's hidden calls)
         self._plan_lock = threading.Lock()  # building a plan saves and restores torch's global RNG
         self.calls_path = self._calls_file(plan)
         self._judge_lock = threading.Lock()  # kept mistakes may seed torch's global RNG
@@ -347,16 +378,33 @@ class Grader:
         with self._plan_lock:
             if seed not in self._plans:
                 plan = self.plan_for_seed(seed)
-                self._plans[seed] = (plan, self._calls_file(plan))
+                path = self.sandbox.write_calls(f"ch{plan.chapter:02d}-{plan.seed}-{id(plan)}-hidden",
+                                                plan.calls_data(hidden_only=True))
+                self._plans[seed] = (plan, path)
             plan, calls_path = self._plans[seed]
         return seed, plan, calls_path
 
+    def forget(self, student: str) -> None:
+        """Drop a graded student's plan and hidden calls (two students of one seed share them)."""
+        if self.plan_for_seed is None:
+            return
+        seed = student_seed(self.plan.seed, student)
+        with self._plan_lock:
+            entry = self._plans.pop(seed, None)
+        if entry is not None:
+            try:
+                os.unlink(entry[1])
+            except OSError:
+                pass
+
     # ---------------------------------------------------------- one exercise
     def _request(self, ep: ExercisePlan, setup: str, code: str, calls_path: Optional[str] = None) -> dict:
+        """``calls_path``: a student's own hidden calls, read over the class's (``self.calls_path``)."""
         ex = ep.exercise
+        own = calls_path if calls_path and calls_path != self.calls_path else None
         return {"label": ex.label, "name": ex.name, "kind": ex.kind, "setup": setup, "code": code,
-                "blocked": ep.blocked, "calls_path": calls_path or self.calls_path, "timeout": self.time_limit,
-                "memory_mb": self.memory_mb}
+                "blocked": ep.blocked, "calls_path": self.calls_path, "student_calls_path": own,
+                "timeout": self.time_limit, "memory_mb": self.memory_mb}
 
     def grade_exercise(self, ep: ExercisePlan, prepared: Prepared, calls_path: Optional[str] = None) -> ExerciseResult:
         ex = ep.exercise
@@ -501,6 +549,7 @@ class Grader:
                 results[student].exercises[i] = er
                 pending[student] -= 1
                 if pending[student] == 0:
+                    self.forget(student)  # a class of any size: one plan per student in flight
                     done[0] += 1
                     if progress:
                         progress(done[0], len(submissions))
@@ -576,7 +625,7 @@ def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, 
                 sandbox.wait_ready()
             log = _log_header(plan, sandbox, time_limit, memory_mb, sandbox.jobs)
             grader = Grader(plan, sandbox, time_limit, memory_mb,
-                            (lambda s: build_plan(chapter, s, extra_checks, root)) if per_student else None)
+                            (lambda s: student_plan(plan, s)) if per_student else None)
             results = grader.grade(submissions, progress)
             restarts = sandbox.restarts
             abi = sandbox.landlock_abi
