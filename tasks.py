@@ -7,7 +7,8 @@
                               tools of the workflow and accessibility tests, if missing)
     python3 tasks.py setup    only create/update the virtual environment (.venv)
     python3 tasks.py lock     pin every installed package in requirements.lock
-    python3 tasks.py pdf      the whole course as one PDF -> _build/course.pdf
+    python3 tasks.py pdf      the whole course as one PDF per edition -> _build/course.pdf,
+                              _build/course-student.pdf
 
 Arguments after the job go to the tool it runs: `python3 tasks.py lab --port 8890`,
 `python3 tasks.py test -k ch03`.
@@ -132,13 +133,21 @@ def book(extra: list) -> int:
 
 
 def pdf(extra: list) -> int:
-    """The whole course as one PDF (_build/course.pdf): builds the site, then prints it."""
+    """The whole course as one PDF per edition: builds both sites, then prints them
+    (_build/course.pdf, the full edition; _build/course-student.pdf, no solutions)."""
     status = book([])
     if status != 0:
         return status
+    status = _run([BIN / "attention-course", "build", "--edition", "student", "--root", ROOT], env=_env())
+    if status != 0:
+        return status
     ensure_chromium()
-    return _run([BIN / "attention-course", "pdf", "--root", ROOT, "--out", ROOT / "_build" / "course.pdf", *extra],
-                env=_env())
+    status = _run([BIN / "attention-course", "pdf", "--root", ROOT, "--out", ROOT / "_build" / "course.pdf", *extra],
+                  env=_env())
+    if status != 0:
+        return status
+    return _run([BIN / "attention-course", "pdf", "--edition", "student", "--root", ROOT,
+                 "--out", ROOT / "_build" / "course-student.pdf", *extra], env=_env())
 
 
 def test(extra: list) -> int:
