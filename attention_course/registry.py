@@ -177,9 +177,11 @@ _CONFIGURED = []
 
 def _load_all() -> None:
     # The first time, the instructor's course.yml sets points and weights (course_config).
+    if _CONFIGURED:  # every lookup comes here: once loaded and configured, nothing to do
+        return
     full = _load_exercises()
-    if full and not _CONFIGURED:
-        _CONFIGURED.append(True)
+    _CONFIGURED.append(True)
+    if full:
         from . import course_config
         course_config.apply(course_config.load())
 

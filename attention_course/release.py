@@ -80,8 +80,13 @@ class Region:
 
     def distinctive_lines(self) -> list:
         """The region's stripped code lines long enough to identify the solution."""
-        return [line.strip() for line in self.code.splitlines()
-                if len(line.strip()) >= DISTINCTIVE_LENGTH and not line.strip().startswith("#")]
+        return distinctive_lines(self.code.splitlines())
+
+
+def distinctive_lines(lines) -> list:
+    """The stripped code lines of ``lines`` long enough to identify an answer (no comments)."""
+    return [line.strip() for line in lines
+            if len(line.strip()) >= DISTINCTIVE_LENGTH and not line.strip().startswith("#")]
 
 
 def _src(cell) -> str:

@@ -36,6 +36,7 @@ import dataclasses
 import inspect
 import re
 import shutil
+import sys
 import textwrap
 import types
 from dataclasses import dataclass, field
@@ -399,19 +400,7 @@ def notebook_uses(code: str) -> set:
     return used
 
 
-def _imported_names(tree: ast.Module, module: str) -> set:
-    out = set()
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").split(".")[0] == module:
-            out |= {a.asname or a.name for a in node.names}
-    return out
-
-
 # ---------------------------------------------------------------- stored public checks
-
-def _call_data(call) -> dict:
-    return {f.name: getattr(call, f.name) for f in dataclasses.fields(call)}
-
 
 class _CodeCollector:
     """The source a shipped compare needs: its own, and that of every helper it uses."""
@@ -645,13 +634,10 @@ def build_store(labels: list) -> tuple:
         forbidden = {id(exercise.reference): f"the reference of {label}"}
         forbidden.update({id(m.impl): f"the kept mistake {m.name!r} of {label}" for m in exercise.mistakes})
         forbidden.update({id(a.impl): f"the kept alternative {a.name!r} of {label}" for a in exercise.alternatives})
-        import sys
-        collector = _CodeCollector(forbidden, vars(sys.modules[type(exercise.reference).__module__
-                                                               if not callable(exercise.reference)
-                                                               else exercise.reference.__module__]))
-        checks = []
+        collector = _CodeCollector(forbidden, vars(sys.modules[exercise.reference.__module__]))
+        checks, calls_of = [], {}
         for index, check in enumerate(exercise.public_checks):
-            calls = check.make_calls(check.seed)
+            calls = calls_of[check.name] = check.make_calls(check.seed)
             outcomes = outcomes_for(exercise.reference, calls, exercise.kind)
             mention = [list(check.must_mention(c)) for c in calls] if callable(check.must_mention) \
                 else [list(check.must_mention) for _ in calls]
@@ -660,18 +646,14 @@ def build_store(labels: list) -> tuple:
                 compare_name = collector.add_compare(check.compare, f"compare_{index}")
             checks.append({"name": check.name, "hint": check.hint, "seed": check.seed, "rtol": check.rtol,
                            "atol": check.atol, "weight": check.weight, "must_mention": mention,
-                           "calls": [_call_data(c) for c in calls], "outcomes": outcomes,
+                           "calls": [dataclasses.asdict(c) for c in calls], "outcomes": outcomes,
                            "compare": compare_name})
-        mistakes = []
-        for mistake in exercise.mistakes:
-            stored = {}
-            for check, entry in zip(exercise.public_checks, checks):
-                calls = check.make_calls(check.seed)
-                stored[check.name] = outcomes_for(mistake.impl, calls, exercise.kind)
-            mistakes.append({"name": mistake.name, "hint": mistake.hint, "outcomes": stored})
+        mistakes = [{"name": mistake.name, "hint": mistake.hint,
+                     "outcomes": {name: outcomes_for(mistake.impl, calls, exercise.kind)
+                                  for name, calls in calls_of.items()}}
+                    for mistake in exercise.mistakes]
         data[label] = {"title": exercise.title, "name": exercise.name, "kind": exercise.kind,
                        "points": exercise.points, "input_names": _input_names(exercise),
-                       "all_checks_weight": sum(c.weight for c in exercise.checks),
                        "checks": checks, "mistakes": mistakes}
         if collector.products:
             code[label] = collector.source(f'"""Public-check compares of {label}, shipped by a student build '

@@ -38,9 +38,9 @@ from typing import Optional
 
 import yaml
 
+from .release import DISTINCTIVE_LENGTH, distinctive_lines
 from .student_build import PACKAGE, ReleasePlan, StudentBuildError, plan_release, write_package
 
-DISTINCTIVE_LENGTH = 25  # as release.py: shorter lines (`return out`) say nothing of an answer
 SITE_FILES = ("bibliography.md", "references.bib")
 REPORT_NAME = "RELEASE.md"
 IDIOM_COUNT = 3
@@ -94,15 +94,6 @@ def _body_lines(source: str) -> list:
     return [lines[i] for i in sorted(keep)]
 
 
-def _distinctive(lines) -> set:
-    out = set()
-    for line in lines:
-        text = line.strip()
-        if len(text) >= DISTINCTIVE_LENGTH and not text.startswith("#"):
-            out.add(text)
-    return out
-
-
 def answer_lines(label: str, root: Path) -> set:
     """The distinctive lines of ``label``'s answer: its solution region in the solution notebook,
     its reference's body, and the bodies of the library pieces that answer it."""
@@ -118,13 +109,13 @@ def answer_lines(label: str, root: Path) -> set:
             if region.label == label:
                 lines |= set(region.distinctive_lines())
     try:
-        lines |= _distinctive(_body_lines(inspect.getsource(exercise.reference)))
+        lines |= set(distinctive_lines(_body_lines(inspect.getsource(exercise.reference))))
     except (OSError, TypeError):
         pass
     for module_name, attr, _, _ in blocked_answers(exercise):
         target = getattr(importlib.import_module(module_name), attr)
         try:
-            lines |= _distinctive(_body_lines(inspect.getsource(target)))
+            lines |= set(distinctive_lines(_body_lines(inspect.getsource(target))))
         except (OSError, TypeError):
             pass
     return lines
