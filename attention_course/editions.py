@@ -24,7 +24,7 @@ from typing import Optional
 import yaml
 
 # What the student edition copies from the course folder besides chapters/.
-_STUDENT_FILES = ["intro.md", "bibliography.md", "exercises.md", "instructors.md", "references.bib"]
+_STUDENT_FILES = ["intro.md", "toolkit.ipynb", "bibliography.md", "exercises.md", "instructors.md", "references.bib"]
 
 
 def _jupyter_book() -> str:

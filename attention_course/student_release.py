@@ -41,7 +41,7 @@ import yaml
 from .release import DISTINCTIVE_LENGTH, distinctive_lines
 from .student_build import PACKAGE, ReleasePlan, StudentBuildError, plan_release, write_package
 
-SITE_FILES = ("bibliography.md", "references.bib")
+SITE_FILES = ("bibliography.md", "references.bib", "toolkit.ipynb")
 REPORT_NAME = "RELEASE.md"
 IDIOM_COUNT = 3
 
@@ -442,7 +442,8 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
     toc = {"format": "jb-book", "root": "intro", "parts": [
         {"caption": "Chapters", "numbered": True,
          "chapters": [{"file": f"pages/{titles[c][0]}"} for c in plan.chapters]},
-        {"caption": "Reference", "chapters": [{"file": "exercises"}, {"file": "bibliography"}]}]}
+        {"caption": "Reference", "chapters": [{"file": "toolkit"}, {"file": "exercises"},
+                                              {"file": "bibliography"}]}]}
     (out / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
     (out / "README.md").write_text(_readme(site["title"], repository_url, plan), encoding="utf-8")
 

@@ -15,7 +15,47 @@ import torch
 
 from attention_course.registry import all_exercises
 
-from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, passes_everywhere
+from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
+
+
+# ------------------------------------------------------------- ch01_ex2: normalize_weights
+
+def test_ch01_ex2_totals_without_keepdim_get_the_keepdim_hint():
+    """Issue 28: the learner's first failure in ch01_ex2 was a shape error whose hint restated the
+    task. Totals summed without keepdim get the hint that names the idiom, on every public check."""
+    def without_keepdim(scores):
+        if (scores < 0).any():
+            raise ValueError("scores must be non-negative")
+        weights = scores / scores.sum(dim=-1)
+        return torch.nan_to_num(weights, nan=1.0 / scores.shape[-1])
+
+    hint = mistake_hint("ch01_ex2", "totals without keepdim")
+    assert "keepdim=True" in hint
+    failed = failed_checks("ch01_ex2", without_keepdim)
+    # The error-message check compares messages too, and this answer words its ValueError in
+    # its own way: there the check's own hint is the right one.
+    value_checks = [r for r in failed if "raise" not in r.check]
+    assert len(value_checks) >= 3 and all(r.hint == hint for r in value_checks), \
+        [(r.check, r.hint) for r in failed]
+
+
+# ------------------------------------------------------------- ch01_ex3: hard_lookup
+
+def test_ch01_ex3_differences_without_a_new_axis_get_the_new_axis_hint():
+    """Issue 28: subtracting queries and keys as they are (no new axis) fails with a broadcasting
+    error, or pairs query i with key i when the counts agree; the hint names the missing axis."""
+    def without_new_axis(queries, keys, values):
+        if queries.shape[-1] != keys.shape[-1] or keys.shape[0] != values.shape[0]:
+            raise ValueError(f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)} and values "
+                             f"{tuple(values.shape)} do not fit together")
+        nearest = torch.argmin(torch.sum((queries - keys) ** 2, dim=-1), dim=-1)
+        return values[nearest]
+
+    hint = mistake_hint("ch01_ex3", "no new axis for the pairs")
+    failed = failed_checks("ch01_ex3", without_new_axis)
+    value_checks = [r for r in failed if "raise" not in r.check]  # messages are worded freely
+    assert len(value_checks) >= 3 and all(r.hint == hint for r in value_checks), \
+        [(r.check, r.hint) for r in failed]
 
 
 # ------------------------------------------------------------- ch01_ex4: cued_weights

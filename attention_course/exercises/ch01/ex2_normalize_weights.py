@@ -126,6 +126,18 @@ def _normalize_zero_rows(scores):
     return scores / scores.sum(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+@mistakes.keep("totals without keepdim",
+               "the totals lost the axis they were summed over: a (..., num_keys) tensor divided by "
+               "totals of shape (...) lines the totals up with the keys axis, so the shapes do not "
+               "broadcast (or, when the sizes happen to agree, each column is divided by another "
+               "row's total); keep the summed axis with keepdim=True.")
+def _normalize_without_keepdim(scores):
+    _validate_scores(scores)
+    totals = scores.sum(dim=-1)
+    uniform = torch.full_like(scores, 1.0 / scores.shape[-1])
+    return torch.where(totals > 0, scores / totals, uniform)
+
+
 @mistakes.keep("no check for negative scores",
                "negative scores must be rejected with a ValueError that names scores.")
 def _normalize_unchecked(scores):

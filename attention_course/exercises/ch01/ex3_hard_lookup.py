@@ -153,6 +153,17 @@ def _lookup_last_on_ties(queries, keys, values):
     return torch.stack(rows)
 
 
+@mistakes.keep("no new axis for the pairs",
+               "the queries and keys were subtracted as they are, so query i met key i only (and "
+               "shapes with different numbers of queries and keys do not broadcast); every query "
+               "must meet every key: give the queries an axis of size 1 for the keys and the keys "
+               "one for the queries, so that the differences have shape (num_queries, num_keys, d).")
+def _lookup_without_new_axis(queries, keys, values):
+    _validate_lookup(queries, keys, values)
+    distances = ((queries - keys) ** 2).sum(dim=-1)
+    return values[distances.argmin(dim=-1)]
+
+
 @mistakes.keep("returned the key",
                "the nearest key itself was returned; a lookup returns the value stored under that key.")
 def _lookup_returns_keys(queries, keys, values):
