@@ -21,8 +21,8 @@ sparse and narrows where they crowd. Write `knn_width_pooling(queries, keys, val
 
 When your function passes, run it in a cell of your own on the chapter's data with
 `num_neighbors` from 2 to 10, and compare its test errors with the global leave-one-out width
-($0.225$): over all test queries, over those with $0.5 < x < 4.5$, and over the 20 nearer the
-ends. Where does the width per query help, where does it hurt, and why?
+($0.225$): over all test queries, over the 80 with $0.5 < x < 4.5$, and over the other 20, near
+the ends. Where does the width per query help, where does it hurt, and why?
 """
 from __future__ import annotations
 
