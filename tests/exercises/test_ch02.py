@@ -13,7 +13,9 @@ checking, the clause is gone from the statement and the answer is correct under 
 wording); answers that used to get a hint blaming another mistake now get their own kept
 mistake's hint, or the check's neutral hint.
 """
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +23,8 @@ import torch
 from attention_course.checking import outcomes_for, run_checks
 from attention_course.registry import get_exercise
 
-from exercise_helpers import all_failures, assert_mistake, check_named, failed_checks, statement
+from exercise_helpers import (all_failures, assert_mistake, check_named, failed_checks, passes_everywhere,
+                              statement)
 
 
 # ======================================== ch02_ex1
@@ -320,10 +323,113 @@ def test_ch02_ex5_hints_describe_both_items():
     assert not all_failures("ch02_ex5", local_linear_no_kernel_fixed)
 
 
+# ======================================== ch02_ex6
+
+# ---- ch02_ex6: the reference on cases worked by hand
+
+def _gaussian_mean(distances, values, width):
+    weights = [math.exp(-d * d / (2 * width * width)) for d in distances]
+    return sum(w * v for w, v in zip(weights, values)) / sum(weights)
+
+
+def test_ch02_ex6_reference_on_hand_worked_cases():
+    """Keys 0, 1, 3, 6 with values 0, 2, 4, 8 and num_neighbors = 2: the query at 2 has distances
+    2, 1, 1, 4, so its width is 1 (the tie counted twice); at 0 the width is 1, at 4.5 it is 1.5.
+    Keys 1, 1, 3: a query at 1 has width 0 with two neighbours (the mean of 2 and 6) and width 2
+    with three."""
+    knn = get_exercise("ch02_ex6").reference
+    values = [0.0, 2.0, 4.0, 8.0]
+    expected = [_gaussian_mean([2, 1, 1, 4], values, 1.0), _gaussian_mean([0, 1, 3, 6], values, 1.0),
+                _gaussian_mean([4.5, 3.5, 1.5, 1.5], values, 1.5)]
+    got = knn(torch.tensor([2.0, 0.0, 4.5]), torch.tensor([0.0, 1.0, 3.0, 6.0]), torch.tensor(values), 2)
+    assert got.dtype == torch.float32 and got.shape == (3,)
+    assert torch.allclose(got, torch.tensor(expected), atol=1e-6), (got, expected)
+
+    keys, dup_values = torch.tensor([1.0, 1.0, 3.0], dtype=torch.float64), torch.tensor([2.0, 6.0, 10.0], dtype=torch.float64)
+    at_one = torch.tensor([1.0], dtype=torch.float64)
+    assert knn(at_one, keys, dup_values, 1).item() == 4.0
+    assert knn(at_one, keys, dup_values, 2).item() == 4.0
+    three = (2.0 + 6.0 + 10.0 * math.exp(-0.5)) / (2.0 + math.exp(-0.5))
+    assert knn(at_one, keys, dup_values, 3).item() == pytest.approx(three, rel=1e-12)
+
+
+def test_ch02_ex6_scaling_and_shifting_together_leaves_the_reference_unchanged():
+    """The property the exercise is about (a global width cannot have it): the chapter's data with
+    queries and keys mapped by x -> 1024 x - 3000 or x -> x / 1024 gives the same predictions."""
+    from attention_course.data import make_regression_1d
+
+    knn = get_exercise("ch02_ex6").reference
+    data = make_regression_1d(num_train=50, num_test=100, noise=0.3, seed=0)
+    q, k, v = data.x_test.double(), data.x_train.double(), data.y_train.double()
+    plain = knn(q, k, v, 5)
+    assert torch.allclose(knn(q * 1024 - 3000, k * 1024 - 3000, v, 5), plain, atol=1e-10)
+    assert torch.allclose(knn(q / 1024, k / 1024, v, 5), plain, atol=1e-12)
+
+
+# ---- ch02_ex6: wrong answers as students write them get their own hints
+
+def _knn_check_count(keys, num_neighbors):
+    if not 1 <= num_neighbors <= len(keys):
+        raise ValueError(f"num_neighbors must be in 1..n, n = {len(keys)}")
+
+
+def knn_nan_on_keys(queries, keys, values, num_neighbors):
+    _knn_check_count(keys, num_neighbors)
+    d = (queries[:, None] - keys[None, :]).abs()
+    h = d.sort(dim=1).values[:, num_neighbors - 1:num_neighbors]
+    w = torch.exp(-d ** 2 / (2 * h ** 2))           # 0/0 where h = 0
+    return (w @ values) / w.sum(dim=1)
+
+
+def knn_distinct_keys(queries, keys, values, num_neighbors):
+    _knn_check_count(keys, num_neighbors)
+    d = (queries[:, None] - keys[None, :]).abs()
+    distinct = (queries[:, None] - keys.unique()[None, :]).abs()
+    h = distinct.sort(dim=1).values[:, min(num_neighbors, distinct.shape[1]) - 1]
+    w = torch.where(h[:, None] > 0, torch.exp(-d ** 2 / (2 * h[:, None].clamp_min(1e-12) ** 2)),
+                    (d == 0).to(d.dtype))
+    return (w @ values) / w.sum(dim=1)
+
+
+def test_ch02_ex6_nan_at_zero_width_and_distinct_keys_get_their_hints():
+    assert_mistake("ch02_ex6", knn_nan_on_keys, "0/0 at a zero width")
+    assert_mistake("ch02_ex6", knn_distinct_keys, "repeated keys counted once")
+
+
+# ---- ch02_ex6: a tiny floor under the width is a correct answer
+
+def knn_width_floor(queries, keys, values, num_neighbors):
+    _knn_check_count(keys, num_neighbors)
+    d = (queries[:, None] - keys[None, :]).abs()
+    h = d.kthvalue(num_neighbors, dim=1).values.clamp_min(1e-12)   # keys on the query keep weight 1
+    w = torch.exp(-(d / h[:, None]) ** 2 / 2)
+    return (w * values).sum(dim=1) / w.sum(dim=1)
+
+
+def test_ch02_ex6_a_tiny_width_floor_passes_everywhere():
+    passes_everywhere("ch02_ex6", knn_width_floor)
+
+
+def test_ch02_ex6_open_question_has_a_reference_answer_in_its_solution_block():
+    """The reference answer is a solution-only markdown cell inside the solution block (folded on
+    the full site); the student notebook lacks it."""
+    root = Path(__file__).resolve().parents[2]
+    cells = json.loads((root / "solutions" / "02_nadaraya_watson.ipynb").read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch02_ex6" in t)
+    end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
+    answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
+               and "solution-only" in cells[i]["metadata"].get("tags", [])]
+    assert len(answers) == 1, answers
+    student = (root / "chapters" / "02_nadaraya_watson.ipynb").read_text()
+    assert text[answers[0]].splitlines()[0][:60] not in student
+
+
 # ======================================== ch02_ex1 to ch02_ex5: every error check holds invalid calls only
 
-# A value bug keeps the points of the error checks, since every error check of the chapter
-# holds invalid calls only.
+# A value bug keeps the points of the error checks, since every error check of ch02_ex1 to
+# ch02_ex5 holds invalid calls only. ch02_ex6's error check (hidden) starts with a valid call,
+# as AUTHORING.md asks of new error checks, so that raising on every input cannot pass it.
 
 VALUE_BUGS = {"ch02_ex1": kernel_without_two, "ch02_ex2": nw_absolute, "ch02_ex5": local_linear_no_kernel}
 

@@ -11,6 +11,10 @@
 * ``ch02_ex5`` – ``local_linear(queries, keys, values, width)``: local linear regression,
   the fix of Nadaraya–Watson's boundary bias; its weights still sum to one but may be
   negative (not shown in the chapter).
+* ``ch02_ex6`` – ``knn_width_pooling(queries, keys, values, num_neighbors)``: TRANSFER.
+  Gaussian pooling with a width per query, the distance to its ``num_neighbors``-th
+  nearest key (repeated keys counted), and the mean of the values on the query where
+  that width is 0; the chapter only uses one global width.
 
 The references below must behave like the solution notebook's exercise cells
 (``tests/test_exercises.py`` runs both through the same checks). Where float32
@@ -29,4 +33,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex3_fit_width,
     ex4_width_choices,
     ex5_local_linear,
+    ex6_knn_width_pooling,
 )
