@@ -11,6 +11,7 @@ From issue 10, "hints that blame the wrong mistake": the hints printed for a wro
 name what it did, never another mistake; an answer that matches no kept mistake gets the
 check's own hint, which describes what the check compares without blaming a cause.
 """
+import json
 import math
 
 import pytest
@@ -19,7 +20,7 @@ import torch
 from attention_course import functional as F_att
 from attention_course.registry import all_exercises
 
-from exercise_helpers import BLAMING, assert_mistake, failed_checks
+from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, passes_everywhere
 
 
 # ------------------------------------------------------------- ch03_ex2: swapped pair
@@ -45,6 +46,96 @@ def test_ch03_ex2_swapped_and_unscaled_gets_neutral_hints():
     for r in failures:
         assert r.mistake is None
         assert "look at how" not in r.hint and "the masking treats" not in r.hint, r.hint
+
+
+# ------------------------------------------------------------- ch03_ex7: query_jacobian
+
+def _ex7_reference():
+    return next(e for e in all_exercises(3) if e.label == "ch03_ex7").reference
+
+
+def test_ch03_ex7_reference_on_a_case_done_by_hand():
+    """q = 0 (d = 2) against keys (1, 0) and (-1, 0) with values 1 and -1: both scores are 0, so
+    a = (1/2, 1/2), o = 0 and kbar = 0; d o / d q = (1/sqrt 2)(1/2 * 1 * (1, 0) + 1/2 * (-1) * (-1, 0))
+    = (1/sqrt 2, 0). Float64 and a batch of two copies give the same block."""
+    queries = torch.zeros(1, 2)
+    keys = torch.tensor([[1.0, 0.0], [-1.0, 0.0]])
+    values = torch.tensor([[1.0], [-1.0]])
+    expected = torch.tensor([[[1 / math.sqrt(2), 0.0]]])
+    got = _ex7_reference()(queries, keys, values)
+    assert got.dtype == torch.float32 and got.shape == (1, 1, 2)
+    assert torch.allclose(got, expected, atol=1e-7)
+    batched = _ex7_reference()(*(t.double().expand(2, *t.shape) for t in (queries, keys, values)))
+    assert batched.dtype == torch.float64 and batched.shape == (2, 1, 1, 2)
+    assert torch.allclose(batched, expected.double().expand(2, 1, 1, 2), atol=1e-12)
+
+
+def test_ch03_ex7_reference_agrees_with_jacrev_in_float64():
+    """The reference's formula against torch.func.jacrev of the forward pass, on random inputs and on
+    scores of several hundred (where the softmax is one-hot)."""
+    g = torch.Generator().manual_seed(12)
+    for spread in (1.0, 3.0, 400.0):
+        q = torch.randn(5, 6, generator=g, dtype=torch.float64) * spread
+        k = torch.randn(7, 6, generator=g, dtype=torch.float64)
+        v = torch.randn(7, 4, generator=g, dtype=torch.float64)
+
+        def pooled(query):
+            return torch.softmax(k @ query / math.sqrt(6), dim=-1) @ v
+
+        want = torch.stack([torch.func.jacrev(pooled)(row) for row in q])
+        got = _ex7_reference()(q, k, v)
+        assert torch.isfinite(got).all()
+        assert torch.allclose(got, want, rtol=1e-9, atol=1e-12), (spread, (got - want).abs().max())
+
+
+def test_ch03_ex7_softmax_denominator_left_out_is_named():
+    """A student differentiates a_i as if it moved with its own score only (d a_i / d q = a_i k_i / sqrt d):
+    the hint names the missing centring, on every public check it fails."""
+    def own_score_only(queries, keys, values):
+        if queries.shape[-1] != keys.shape[-1]:
+            raise ValueError(f"queries of shape {tuple(queries.shape)} and keys of shape "
+                             f"{tuple(keys.shape)} have different last sizes d")
+        if keys.shape[-2] != values.shape[-2]:
+            raise ValueError(f"keys of shape {tuple(keys.shape)} and values of shape "
+                             f"{tuple(values.shape)} have different numbers of rows n")
+        d = queries.shape[-1]
+        a = torch.softmax(queries @ keys.transpose(-1, -2) / math.sqrt(d), dim=-1)
+        out = torch.zeros(*a.shape[:-1], values.shape[-1], d, dtype=queries.dtype)
+        for i in range(keys.shape[-2]):
+            outer = values[..., i, :, None] * keys[..., i, None, :]          # (..., d_v, d)
+            out = out + a[..., i, None, None] * outer.unsqueeze(-3)
+        return out / math.sqrt(d)
+
+    assert_mistake("ch03_ex7", own_score_only, "neither side centred")
+
+
+def test_ch03_ex7_values_centred_only_passes_everywhere():
+    """Centring only the values is correct (sum_i a_i (v_i - o) = 0 removes the kbar term), and so is
+    a float32 softmax written by hand with the max subtracted."""
+    def values_centred(queries, keys, values):
+        if queries.shape[-1] != keys.shape[-1] or keys.shape[-2] != values.shape[-2]:
+            raise ValueError(f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)} and values "
+                             f"{tuple(values.shape)} do not fit")
+        s = queries @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
+        e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
+        a = e / e.sum(dim=-1, keepdim=True)
+        o = a @ values
+        return torch.einsum("...jn,...jnr,...nc->...jrc", a, values.unsqueeze(-3) - o.unsqueeze(-2),
+                            keys) / math.sqrt(queries.shape[-1])
+
+    passes_everywhere("ch03_ex7", values_centred)
+
+
+def test_ch03_ex7_open_question_has_a_reference_answer_in_its_solution_block():
+    cells = json.loads((ROOT / "solutions" / "03_scoring_functions.ipynb").read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch03_ex7" in t)
+    end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
+    answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
+               and "solution-only" in cells[i]["metadata"].get("tags", [])]
+    assert len(answers) == 1, answers
+    student = (ROOT / "chapters" / "03_scoring_functions.ipynb").read_text()
+    assert text[answers[0]].splitlines()[0][:60] not in student
 
 
 # ------------------------------------------------------------- every check hint of the chapter

@@ -8,6 +8,13 @@ ch03_ex5  BilinearAttention(query_size, key_size)  (an nn.Module): the "general"
 ch03_ex6  unit_variance_scale(query_var, key_var): the scale that gives scores variance 1 when the
           coordinates of queries and keys have unequal variances (a derivation turned into code;
           TRANSFER: the page prints only the case of variance 1); one check samples 20,000 pairs
+ch03_ex7  query_jacobian(queries, keys, values) -> (m, d_v, d): d output / d query of scaled
+          dot-product attention, (1/sqrt d) sum_i a_i (v_i - o)(k_i - kbar)^T (a derivation turned
+          into code; TRANSFER: the page prints the softmax's p(1 - p) but never how the output moves
+          with the query). The checks compare with autograd's Jacobian in float64 (the compare
+          recomputes it); they cannot forbid autograd, so the statement asks for the formula.
+          Centring one side is enough (sum_i a_i (k_i - kbar) = 0): "values not centred" is a kept
+          alternative, not a mistake
 
 The references of ex1-ex3 are the finished building blocks of
 :mod:`attention_course.functional`. A row whose valid length is 0 gets all-zero
@@ -34,4 +41,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex4_attention_shapes,
     ex5_bilinear_attention,
     ex6_unit_variance_scale,
+    ex7_query_jacobian,
 )

@@ -1,0 +1,387 @@
+r"""ch03_ex7: How attention pooling moves with its query.
+
+The page shows that a saturated softmax has small gradients, but it never works out how the
+*output* of scaled dot-product attention moves when the query moves. For one query
+$\mathbf{q}$ of size $d$, keys $\mathbf{k}_1, \dots, \mathbf{k}_n$ and values
+$\mathbf{v}_1, \dots, \mathbf{v}_n$, the weights are
+$a_i = \operatorname{softmax}_i\big(\mathbf{k}_i^\top \mathbf{q} / \sqrt{d}\big)$ and the output
+is $\mathbf{o} = \sum_i a_i \mathbf{v}_i$. Derive the Jacobian $\partial \mathbf{o} / \partial \mathbf{q}$,
+a $d_v \times d$ matrix, with pen and paper, and write `query_jacobian(queries, keys, values)`,
+which evaluates your formula for every query at once. The derivation is the point of the
+exercise: compute the result from your formula, not with autograd (`backward`,
+`torch.autograd`, `torch.func`). The checks cannot see how you computed it; they compare your
+numbers with autograd's Jacobian in float64, so use autograd to test your formula, not to
+produce it.
+
+- `queries`: `(m, d)`, `keys`: `(n, d)` with `n >= 1`, `values`: `(n, d_v)`, float tensors of
+  one dtype (`float32` or `float64`). Or all three with one leading batch axis of the same
+  size, `(batch, m, d)`, `(batch, n, d)` and `(batch, n, d_v)`: each batch entry is its own
+  problem.
+- Return a tensor of shape `(m, d_v, d)` (with a batch axis, `(batch, m, d_v, d)`) of the
+  inputs' dtype. Entry `[j, r, c]` is the derivative of coordinate `r` of query `j`'s output
+  with respect to coordinate `c` of query `j` (each output depends on its own query only).
+- The result is finite for any finite inputs: the checks include scores of several hundred,
+  where the softmax is one-hot to machine precision and the Jacobian is 0.
+- When the last sizes of `queries` and `keys` differ, or `keys` and `values` have different
+  numbers of rows, raise `ValueError` naming those two arguments and their shapes.
+
+When your function passes, call it in a cell of your own on the keys and values of the running
+example's first sequence with the query $(1, 0.5, 0, 0)$ multiplied by 1, 10 and 100. What
+happens to the Jacobian as the softmax saturates, and what does that say about the $1/\sqrt{d}$
+scale the chapter argues for?
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of
+
+mistakes = Kept(Mistake)
+alternatives = Kept(Alternative)
+
+
+# The reference ----------------------------------------------------------------------------
+
+
+def _check_sizes(queries, keys, values):
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(f"queries of shape {shape_of(queries)} and keys of shape {shape_of(keys)} "
+                         "have different last sizes d")
+    if keys.shape[-2] != values.shape[-2]:
+        raise ValueError(f"keys of shape {shape_of(keys)} and values of shape {shape_of(values)} "
+                         "have different numbers of rows n")
+
+
+def query_jacobian(queries, keys, values):
+    """Reference: d o / d q = (1/sqrt d) sum_i a_i (v_i - o)(k_i - kbar)^T, a covariance of the
+    values and the keys under the attention weights (both sides centred, as derived)."""
+    _check_sizes(queries, keys, values)
+    scale = 1.0 / math.sqrt(queries.shape[-1])
+    weights = torch.softmax(queries @ keys.transpose(-1, -2) * scale, dim=-1)     # (..., m, n)
+    out = weights @ values                                                         # (..., m, d_v)
+    kbar = weights @ keys                                                          # (..., m, d)
+    v_centred = values.unsqueeze(-3) - out.unsqueeze(-2)                           # (..., m, n, d_v)
+    k_centred = keys.unsqueeze(-3) - kbar.unsqueeze(-2)                            # (..., m, n, d)
+    return torch.einsum("...jn,...jnr,...jnc->...jrc", weights, v_centred, k_centred) * scale
+
+
+# Inputs of the public and hidden checks ---------------------------------------------------
+
+
+def _autograd_jacobian(queries, keys, values):
+    """d output / d query by autograd, in float64, one query at a time: the truth the checks
+    compare with. Shipped with the public checks, so it shares no code with the reference."""
+    q, k, v = queries.double(), keys.double(), values.double()
+    batched = q.dim() == 3
+    if not batched:
+        q, k, v = q[None], k[None], v[None]
+    blocks = []
+    with torch.enable_grad():
+        for b in range(q.shape[0]):
+            def pooled(query, b=b):
+                return torch.softmax(k[b] @ query / math.sqrt(query.shape[0]), dim=0) @ v[b]
+            blocks.append(torch.stack([torch.autograd.functional.jacobian(pooled, q[b, j])
+                                       for j in range(q.shape[1])]))
+    result = torch.stack(blocks)
+    return result if batched else result[0]
+
+
+def _against_autograd(got, want, calls):
+    """The answer's Jacobian must be finite and agree with autograd's (float64) within
+    rtol 1e-4, atol 1e-5. An answer equal to ``want`` agrees with it: that is how an answer is
+    matched to a kept mistake."""
+    for i, (g, w, call) in enumerate(zip(got, want, calls)):
+        where = "the result" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: the result"
+        if g.get("status") != "ok":
+            if g.get("error_type") == "NotImplementedError":
+                return f"not implemented yet (NotImplementedError: {g.get('message')})"
+            return f"raised {g.get('error_type')}: {str(g.get('message'))[:300]}"
+        if w.get("status") != "ok":
+            return f"{where} was returned where the other answer raised"
+        mine, theirs = g["value"], w["value"]
+        if not isinstance(mine, torch.Tensor):
+            return f"{where} is a {type(mine).__name__}, expected a torch.Tensor"
+        if mine.dtype != theirs.dtype:
+            return f"{where} has dtype {mine.dtype}, expected {theirs.dtype}"
+        if tuple(mine.shape) != tuple(theirs.shape):
+            return f"{where} has shape {tuple(mine.shape)}, expected {tuple(theirs.shape)}"
+        if torch.allclose(mine.double(), theirs.double(), rtol=1e-4, atol=1e-5, equal_nan=True):
+            continue
+        if not bool(torch.isfinite(mine).all()):
+            return f"{where} has NaN or inf entries (it must stay finite)"
+        truth = _autograd_jacobian(*call.args)
+        gap = (mine.double() - truth).abs()
+        over = gap > 1e-5 + 1e-4 * truth.abs()
+        if bool(over.any()):
+            index = tuple(int(x) for x in torch.nonzero(over)[0])
+            return (f"{where} differs from autograd's Jacobian (float64) by up to {gap.max().item():.3g}; "
+                    f"first at index {index}: {mine[index].item():.6g} instead of {truth[index].item():.6g}")
+    return None
+
+
+def _small_calls(seed):
+    """One query in 2-D, three keys, values of size 3: small enough to do by hand."""
+    queries = torch.tensor([[1.0, -0.5]])
+    keys = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]])
+    values = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0], [1.0, 1.0, 0.0]])
+    return [Call(args=(queries, keys, values))]
+
+
+def _random_calls(seed):
+    g = gen(seed)
+    return [Call(args=(torch.randn(4, 5, generator=g), torch.randn(6, 5, generator=g),
+                       torch.randn(6, 3, generator=g)))]
+
+
+def _zero_calls(seed):
+    """Three cases whose Jacobian is 0: one key; every key equal; every value equal."""
+    g = gen(seed)
+    queries = torch.randn(3, 4, generator=g)
+    one_key = Call(args=(queries, torch.randn(1, 4, generator=g), torch.randn(1, 2, generator=g)))
+    same_keys = Call(args=(queries, torch.randn(1, 4, generator=g).expand(5, 4).clone(),
+                           torch.randn(5, 2, generator=g)))
+    same_values = Call(args=(queries, torch.randn(5, 4, generator=g),
+                             torch.randn(1, 2, generator=g).expand(5, 2).clone()))
+    return [one_key, same_keys, same_values]
+
+
+def _saturated_calls(seed):
+    """Queries of length about 1000 against small-integer keys: each query's best score leads the
+    next by at least 100 / sqrt(3), so the softmax is one-hot and the Jacobian 0 (float32)."""
+    g = gen(seed)
+    keys = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [-1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    queries = torch.tensor([[1000.0, -200.0, 0.0], [-100.0, 800.0, -900.0], [-600.0, 1500.0, 300.0]])
+    return [Call(args=(queries, keys, torch.randn(5, 2, generator=g)))]
+
+
+def _batched_calls(seed):
+    g = gen(seed)
+    return [Call(args=(torch.randn(2, 3, 4, generator=g, dtype=torch.float64),
+                       torch.randn(2, 5, 4, generator=g, dtype=torch.float64),
+                       torch.randn(2, 5, 3, generator=g, dtype=torch.float64))),
+            Call(args=(torch.randn(3, 2, generator=g, dtype=torch.float64) * 2,
+                       torch.randn(4, 2, generator=g, dtype=torch.float64),
+                       torch.randn(4, 6, generator=g, dtype=torch.float64)))]
+
+
+def _hidden_calls(seed):
+    g = gen(seed)
+    calls = []
+    for dtype, spread in ((torch.float32, 1.0), (torch.float64, 1.0), (torch.float64, 300.0)):
+        m, n, d, d_v = randint(g, 1, 5), randint(g, 1, 7), randint(g, 1, 9), randint(g, 1, 5)
+        calls.append(Call(args=(torch.randn(m, d, generator=g, dtype=dtype) * spread,
+                                torch.randn(n, d, generator=g, dtype=dtype),
+                                torch.randn(n, d_v, generator=g, dtype=dtype))))
+    batch, m, n, d, d_v = (randint(g, 1, 3), randint(g, 1, 4), randint(g, 2, 6), randint(g, 2, 6),
+                           randint(g, 1, 4))
+    calls.append(Call(args=(torch.randn(batch, m, d, generator=g), torch.randn(batch, n, d, generator=g),
+                            torch.randn(batch, n, d_v, generator=g))))
+    return calls
+
+
+def _bad_calls(seed):
+    g = gen(seed)
+    return [Call(args=(torch.randn(2, 3, generator=g), torch.randn(4, 3, generator=g),
+                       torch.randn(4, 2, generator=g))),
+            Call(args=(torch.randn(2, 3, generator=g), torch.randn(4, 5, generator=g),
+                       torch.randn(4, 2, generator=g))),
+            Call(args=(torch.randn(2, 3, generator=g), torch.randn(4, 3, generator=g),
+                       torch.randn(5, 2, generator=g)))]
+
+
+def _bad_words(call):
+    """The two arguments that disagree, and their shapes."""
+    queries, keys, values = call.args
+    if queries.shape[-1] != keys.shape[-1]:
+        return ["queries", "keys", shape_of(queries), shape_of(keys)]
+    return ["keys", "values", shape_of(keys), shape_of(values)]
+
+
+# Kept mistakes, each with its hint --------------------------------------------------------
+
+
+def _stable_weights(queries, keys, scale):
+    return torch.softmax(queries @ keys.transpose(-1, -2) * scale, dim=-1)
+
+
+@mistakes.keep("transposed (d, d_v)",
+               "each query's block has d rows and d_v columns; the Jacobian of an output of size d_v with "
+               "respect to a query of size d has d_v rows (one per output coordinate) and d columns.")
+def _jac_transposed(queries, keys, values):
+    return query_jacobian(queries, keys, values).transpose(-1, -2)
+
+
+@mistakes.keep("no 1/sqrt(d) in front",
+               "your Jacobian is sqrt(d) times too large: the scores are k_i.q / sqrt(d), so by the chain rule "
+               "every derivative of a score with respect to the query carries the factor 1/sqrt(d).")
+def _jac_unscaled(queries, keys, values):
+    return query_jacobian(queries, keys, values) * math.sqrt(queries.shape[-1])
+
+
+@mistakes.keep("weights from unscaled scores",
+               "the weights in your formula come from the softmax of q.k without the division by sqrt(d); "
+               "the factor 1/sqrt(d) belongs both inside the softmax and in front of the derivative.")
+def _jac_unscaled_weights(queries, keys, values):
+    _check_sizes(queries, keys, values)
+    d = queries.shape[-1]
+    weights = _stable_weights(queries, keys, 1.0)
+    out, kbar = weights @ values, weights @ keys
+    v_centred = values.unsqueeze(-3) - out.unsqueeze(-2)
+    k_centred = keys.unsqueeze(-3) - kbar.unsqueeze(-2)
+    return torch.einsum("...jn,...jnr,...jnc->...jrc", weights, v_centred, k_centred) / math.sqrt(d)
+
+
+@mistakes.keep("neither side centred",
+               "your Jacobian is the weighted sum of v_i k_i^T (over sqrt(d)), as if a_i moved with its own "
+               "score only; the softmax's denominator moves too, so d a_i / d q = a_i (k_i - kbar) / sqrt(d) "
+               "with kbar the weighted mean of the keys. One key, or all keys equal, must give 0.")
+def _jac_uncentred(queries, keys, values):
+    _check_sizes(queries, keys, values)
+    scale = 1.0 / math.sqrt(queries.shape[-1])
+    weights = _stable_weights(queries, keys, scale)
+    return torch.einsum("...jn,...nr,...nc->...jrc", weights, values, keys) * scale
+
+
+@mistakes.keep("only the diagonal of the softmax's derivative",
+               "your formula uses d a_i / d s_i = a_i (1 - a_i) and drops the cross terms d a_i / d s_l = "
+               "-a_i a_l: every score moves every weight, since the weights share one denominator.")
+def _jac_diagonal_only(queries, keys, values):
+    _check_sizes(queries, keys, values)
+    scale = 1.0 / math.sqrt(queries.shape[-1])
+    weights = _stable_weights(queries, keys, scale)
+    return torch.einsum("...jn,...nr,...nc->...jrc", weights * (1 - weights), values, keys) * scale
+
+
+@mistakes.keep("keys centred by their plain mean",
+               "the keys were centred by their plain average; the centre that comes out of the softmax's "
+               "derivative is the weighted mean sum_i a_i k_i, which moves with the query.")
+def _jac_plain_mean(queries, keys, values):
+    _check_sizes(queries, keys, values)
+    scale = 1.0 / math.sqrt(queries.shape[-1])
+    weights = _stable_weights(queries, keys, scale)
+    k_centred = keys - keys.mean(dim=-2, keepdim=True)
+    return torch.einsum("...jn,...nr,...nc->...jrc", weights, values, k_centred) * scale
+
+
+@mistakes.keep("softmax without the max shift",
+               "your weights are exp(score) over the sum of exp(score); with scores in the hundreds exp "
+               "overflows to inf and inf / inf is NaN. Subtracting each row's largest score first (or "
+               "torch.softmax, which does) leaves the weights unchanged and keeps them finite.")
+def _jac_overflow(queries, keys, values):
+    _check_sizes(queries, keys, values)
+    scale = 1.0 / math.sqrt(queries.shape[-1])
+    e = torch.exp(queries @ keys.transpose(-1, -2) * scale)
+    weights = e / e.sum(dim=-1, keepdim=True)
+    out, kbar = weights @ values, weights @ keys
+    v_centred = values.unsqueeze(-3) - out.unsqueeze(-2)
+    k_centred = keys.unsqueeze(-3) - kbar.unsqueeze(-2)
+    return torch.einsum("...jn,...jnr,...jnc->...jrc", weights, v_centred, k_centred) * scale
+
+
+# Kept alternatives (correct answers in other styles) --------------------------------------
+
+
+@alternatives.keep("loops in float64",
+                   "plain Python loops over batch entries, queries and keys in float64, cast back at the end")
+def _jac_alt_loops(queries, keys, values):
+    if queries.shape[-1] != keys.shape[-1] or keys.shape[-2] != values.shape[-2]:
+        raise ValueError(f"shapes do not fit: queries {tuple(queries.shape)}, keys {tuple(keys.shape)}, "
+                         f"values {tuple(values.shape)}")
+    flat = queries.dim() == 2
+    q, k, v = (t.double()[None] if flat else t.double() for t in (queries, keys, values))
+    d = q.shape[-1]
+    result = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], d, dtype=torch.float64)
+    for b in range(q.shape[0]):
+        for j in range(q.shape[1]):
+            scores = [float(q[b, j] @ k[b, i]) / math.sqrt(d) for i in range(k.shape[1])]
+            top = max(scores)
+            expo = [math.exp(s - top) for s in scores]
+            a = [x / sum(expo) for x in expo]
+            o = sum(a[i] * v[b, i] for i in range(k.shape[1]))
+            kbar = sum(a[i] * k[b, i] for i in range(k.shape[1]))
+            for i in range(k.shape[1]):
+                result[b, j] += a[i] * torch.outer(v[b, i] - o, k[b, i] - kbar) / math.sqrt(d)
+    return (result[0] if flat else result).to(queries.dtype)
+
+
+@alternatives.keep("second moment minus the product of means",
+                   "einsum of sum_i a_i v_i k_i^T, minus o kbar^T: the covariance expanded, no centring")
+def _jac_alt_expanded(queries, keys, values):
+    _check_sizes(queries, keys, values)
+    scale = queries.shape[-1] ** -0.5
+    logits = torch.einsum("...jc,...nc->...jn", queries, keys) * scale
+    a = torch.exp(logits - torch.logsumexp(logits, dim=-1, keepdim=True))
+    moment = torch.einsum("...jn,...nr,...nc->...jrc", a, values, keys)
+    o, kbar = torch.einsum("...jn,...nr->...jr", a, values), torch.einsum("...jn,...nc->...jc", a, keys)
+    return (moment - o.unsqueeze(-1) * kbar.unsqueeze(-2)) * scale
+
+
+@alternatives.keep("only the keys centred",
+                   "sum_i a_i v_i (k_i - kbar)^T: centring one side is enough, since sum_i a_i (k_i - kbar) = 0")
+def _jac_alt_keys_centred(queries, keys, values):
+    _check_sizes(queries, keys, values)
+    scale = 1.0 / math.sqrt(queries.shape[-1])
+    weights = torch.softmax(queries @ keys.transpose(-1, -2) * scale, dim=-1)
+    k_centred = keys.unsqueeze(-3) - (weights @ keys).unsqueeze(-2)              # (..., m, n, d)
+    weighted_values = weights.unsqueeze(-1) * values.unsqueeze(-3)               # (..., m, n, d_v)
+    return weighted_values.transpose(-1, -2) @ k_centred * scale
+
+
+@alternatives.keep("numpy in float64",
+                   "NumPy arrays, a log-sum-exp softmax and np.matmul broadcasting, only the values centred; "
+                   "back to a tensor of the inputs' dtype")
+def _jac_alt_numpy(queries, keys, values):
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(f"queries {tuple(queries.shape)} and keys {tuple(keys.shape)}: the query size must "
+                         "equal the key size")
+    if keys.shape[-2] != values.shape[-2]:
+        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)}: one value per key needed")
+    q, k, v = (t.detach().double().numpy() for t in (queries, keys, values))
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])
+    s = s - s.max(axis=-1, keepdims=True)
+    a = np.exp(s)
+    a /= a.sum(axis=-1, keepdims=True)
+    o = np.matmul(a, v)
+    spread = v[..., None, :, :] - o[..., :, None, :]                           # (..., m, n, d_v)
+    jac = np.matmul(np.swapaxes(a[..., None] * spread, -1, -2), k[..., None, :, :]) / np.sqrt(q.shape[-1])
+    return torch.from_numpy(np.ascontiguousarray(jac)).to(queries.dtype)
+
+
+# Registration -----------------------------------------------------------------------------
+
+_HINT = ("this check compares your Jacobian, one (d_v, d) block per query, with autograd's in float64; "
+         "the reason above gives the first entry that differs.")
+
+register(Exercise(
+    label="ch03_ex7", title="How attention pooling moves with its query",
+    name="query_jacobian", reference=query_jacobian, points=3,
+    checks=[
+        Check("one query in 2-D, three keys, values of size 3, against autograd", _small_calls,
+              compare=_against_autograd, hint=_HINT),
+        Check("4 queries, 6 keys, d = 5, d_v = 3, random, against autograd", _random_calls, seed=1,
+              compare=_against_autograd, hint=_HINT),
+        Check("a Jacobian of 0: one key; every key equal; every value equal", _zero_calls, seed=2,
+              compare=_against_autograd,
+              hint=_HINT + " Here the output cannot move: with one key, equal keys or equal values it "
+                           "stays the same whatever the query."),
+        Check("scores in the hundreds: a one-hot softmax, a finite Jacobian of 0 (float32)", _saturated_calls,
+              seed=3, compare=_against_autograd,
+              hint=_HINT + " Here the scores differ by hundreds, so the weights are one-hot in float32."),
+        Check("float64, with a leading batch axis and without", _batched_calls, seed=4,
+              compare=_against_autograd,
+              hint=_HINT + " Here the inputs are float64; the first call has a batch axis."),
+        Check("random sizes and dtypes, large scores, a batch axis (hidden)", _hidden_calls, seed=5,
+              public=False, compare=_against_autograd, hint=_HINT),
+        Check("mismatched sizes raise ValueError naming the two arguments and their shapes", _bad_calls,
+              seed=6, must_mention=_bad_words, weight=ERROR_WEIGHT,
+              hint="the first call is valid; the second gives queries and keys different last sizes, the third "
+                   "gives keys and values different numbers of rows; the message names the two arguments "
+                   "and their shapes."),
+    ],
+    mistakes=list(mistakes),
+    alternatives=list(alternatives),
+))
