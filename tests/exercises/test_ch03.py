@@ -23,6 +23,29 @@ from attention_course.registry import all_exercises
 from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, passes_everywhere
 
 
+# ------------------------------------------------------------- ch03_ex1: masked_softmax
+
+def test_ch03_ex1_float64_check_names_the_empty_row_too():
+    """An answer that keeps float64 but lets a row of valid length 0 see its first key fails the hidden
+    float64 check; that check's hint (no kept mistake matches) must describe the empty row, not only
+    the dtype."""
+    def empty_row_sees_first_key(scores, valid_lens):
+        if valid_lens is None:
+            return scores.softmax(-1)
+        b, q, n = scores.shape
+        if tuple(valid_lens.shape) not in [(b,), (b, q)]:
+            raise ValueError(f"valid_lens {tuple(valid_lens.shape)} does not fit scores {tuple(scores.shape)}")
+        lens = valid_lens.reshape(b, -1, 1).clamp(min=1)
+        keep = (torch.arange(n) < lens).expand(b, q, n)
+        return scores.masked_fill(~keep, -math.inf).softmax(-1)
+
+    for seed in (11, 2026):
+        failed = [r for r in failed_checks("ch03_ex1", empty_row_sees_first_key, seed)
+                  if r.check.startswith("float64")]
+        assert failed and failed[0].mistake is None, seed
+        assert "valid length 0" in failed[0].hint, failed[0].hint
+
+
 # ------------------------------------------------------------- ch03_ex2: swapped pair
 
 def _sdpa_weights_first(queries, keys, values, valid_lens=None):

@@ -296,8 +296,10 @@ register(Exercise(
               hint="this check compares the weights and their gradients with respect to scores for random "
                    "shapes and lengths between 0 and num_keys, in both 1-D and 2-D form."),
         Check("float64 scores keep their dtype (hidden)", _ms_float64, public=False,
-              hint="this check passes float64 scores: the weights (their zeros included) and the gradient "
-                   "are float64 too."),
+              hint="this check passes float64 scores with a 2-D valid_lens in which one row has valid "
+                   "length 0: the weights (their zeros included) and the gradient are float64 too, and the "
+                   "row of valid length 0 is all zeros with a zero gradient; the reason above says which "
+                   "differs."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),

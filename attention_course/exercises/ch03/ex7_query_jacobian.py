@@ -196,9 +196,9 @@ def _bad_calls(seed):
 def _bad_words(call):
     """The two arguments that disagree, and their shapes."""
     queries, keys, values = call.args
-    if queries.shape[-1] != keys.shape[-1]:
-        return ["queries", "keys", shape_of(queries), shape_of(keys)]
-    return ["keys", "values", shape_of(keys), shape_of(values)]
+    pair = ((("queries", queries), ("keys", keys)) if queries.shape[-1] != keys.shape[-1]
+            else (("keys", keys), ("values", values)))
+    return [name for name, _ in pair] + [shape_of(tensor) for _, tensor in pair]
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
