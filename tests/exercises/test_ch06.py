@@ -421,3 +421,37 @@ def test_ch06_ex7_open_question_has_a_reference_answer_in_its_solution_block():
     assert len(answers) == 1, answers
     student = (ROOT / "chapters" / "06_multihead_attention.ipynb").read_text()
     assert text[answers[0]].splitlines()[0][:60] not in student
+
+
+# ------------------------------------------------------------------ ch06_ex3: issue 26's mistakes
+
+class _SDPAWithLayerMask(nn.Module):
+    """A student's layer that hands its mask buffer (True = hidden) to SDPA as it is."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"d_out must be divisible by num_heads, got d_out={d_out} and num_heads={num_heads}")
+        self.num_heads, self.context_length, self.p = num_heads, context_length, dropout
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1),
+                             persistent=False)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        if n > self.context_length:
+            raise ValueError(f"num_tokens={n} exceeds context_length={self.context_length}")
+        q, k, v = (lin(x).view(b, n, self.num_heads, -1).transpose(1, 2)
+                   for lin in (self.W_query, self.W_key, self.W_value))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=self.mask[:n, :n], dropout_p=self.p if self.training else 0.0)
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+def test_ch06_ex3_layer_mask_given_unchanged_to_sdpa_gets_its_hint():
+    """Issue 26: SDPA reads a boolean attn_mask as True = may attend, the opposite of the buffer."""
+    assert_mistake("ch06_ex3", _SDPAWithLayerMask,
+                   "the layer's mask passed unchanged to F.scaled_dot_product_attention")
