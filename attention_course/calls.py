@@ -63,7 +63,25 @@ def _copy_arg(value: Any) -> Any:
     # Students may modify their inputs in place; each call gets its own copy.
     if isinstance(value, torch.Tensor):
         return value.clone()
+    if isinstance(value, dict) and MODULE_KEY in value:
+        return _build_module(value)
     return copy.deepcopy(value)
+
+
+# An argument that is one of the course's own layers travels as plain data: a dict with this key
+# naming the class ("multihead.MultiHeadAttention", a runtime module of the course) and its
+# "init_args", "init_kwargs", "state_dict" (loaded exactly) and "train" (the mode it is passed in).
+MODULE_KEY = "__course_module__"
+
+
+def _build_module(spec: dict) -> torch.nn.Module:
+    import importlib
+    path, _, name = spec[MODULE_KEY].rpartition(".")
+    cls = getattr(importlib.import_module(f"{__package__}.{path}"), name)
+    module = cls(*[_copy_arg(a) for a in spec.get("init_args", ())],
+                 **{k: _copy_arg(v) for k, v in spec.get("init_kwargs", {}).items()})
+    module.load_state_dict({k: v.clone() for k, v in spec["state_dict"].items()})
+    return module.train(bool(spec.get("train", False)))
 
 
 def run_call(obj: Any, call, kind: str = "function") -> dict:
@@ -116,6 +134,9 @@ def run_call(obj: Any, call, kind: str = "function") -> dict:
             extras["param_shapes"] = {n: list(p.shape) for n, p in instance.named_parameters()}
         if "buffer_names" in call.report and instance is not None:
             extras["buffer_names"] = sorted(n for n, _ in instance.named_buffers())
+        if "module_args_training" in call.report:   # the mode each layer argument is left in
+            extras["training_flags_of_the_layer_arguments_after_the_call"] = [
+                bool(a.training) for a in args if isinstance(a, torch.nn.Module)]
         if extras:
             outcome["extras"] = extras
         return outcome

@@ -233,6 +233,8 @@ def compare_all(got: list, want: list, check: Check, calls: list, require_messag
 
 
 def _describe_input(value: Any) -> str:
+    if isinstance(value, dict) and "__course_module__" in value:     # a layer given as plain data
+        return f"a {value['__course_module__']} in {'training' if value.get('train') else 'eval'} mode"
     if isinstance(value, torch.Tensor):
         return f"of shape {tuple(value.shape)}" + ("" if value.dtype == torch.float32 else f" ({value.dtype})")
     if isinstance(value, (list, tuple)) and len(value) <= 6:

@@ -37,7 +37,11 @@ class Call:
     ``grads_of`` lists positional args whose gradient of ``output.sum()`` is
     returned too (the args are made leaf tensors that require grad).
     ``report`` asks for extra facts about a module instance: ``"param_shapes"``
-    (name -> shape of every parameter) and ``"buffer_names"``.
+    (name -> shape of every parameter) and ``"buffer_names"``; ``"module_args_training"``
+    reports the mode (``training``) each layer argument is left in after the call.
+    An argument that is one of the course's layers is given as plain data, a dict
+    ``{calls.MODULE_KEY: "multihead.MultiHeadAttention", "init_args": ..., "init_kwargs":
+    ..., "state_dict": ..., "train": ...}``; each call builds its own layer from it.
     ``strict_state``: by default a persistent buffer that the answer registers on its
     own (a constant, a cached ``arange``) and that ``state_dict`` does not name keeps
     its value, because contracts fix parameters, not buffers; a missing parameter or

@@ -20,17 +20,19 @@ From issue 10, the findings of the independent chapter-6 solver "b":
 * ex4's error message must name a faulty argument (as the contract says), not all three;
 * ex5 answers with another mistake than the empty rows no longer get the empty-row hint.
 """
+import json
 import math
 
 import pytest
 import torch
 from torch import nn
 
+from attention_course import multihead as mh
 from attention_course.checking import compare_all, outcomes_for
 from attention_course.dropout_checks import multihead_placement
 from attention_course.registry import get_exercise
 
-from exercise_helpers import SEEDS, failed_checks, mistake_hint, passes_everywhere
+from exercise_helpers import ROOT, SEEDS, assert_mistake, failed_checks, mistake_hint, passes_everywhere
 
 
 # ------------------------------------------------------------------ ch06_ex1: "x" inside "expected"
@@ -320,3 +322,136 @@ def test_ch06_dtype_and_container_are_named(label, obj, mistake, must_not):
 def test_ch06_dtype_is_in_the_contracts_and_the_check_hints(label):
     main = get_exercise(label).checks[0]
     assert "dtype" in main.hint, (label, main.hint)
+
+
+# ------------------------------------------------------------------ ch06_ex7: head_contributions
+
+def _hand_layer():
+    """Two heads of one feature each; queries all zero, so every head averages the values it sees."""
+    layer = mh.MultiHeadAttention(2, 2, 4, dropout=0.5, num_heads=2)
+    with torch.no_grad():
+        layer.W_query.weight.zero_()
+        layer.W_key.weight.copy_(torch.tensor([[1.0, -2.0], [0.5, 3.0]]))
+        layer.W_value.weight.copy_(torch.eye(2))
+        layer.out_proj.weight.copy_(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+        layer.out_proj.bias.copy_(torch.tensor([10.0, 20.0]))
+    return layer
+
+
+def test_ch06_ex7_reference_on_a_hand_computed_layer():
+    """Tokens (3, 5) then (1, 1); every score is 0, so token 0 sees its own value (3, 5) and token 1
+    the mean of both, (2, 3). Head 0 owns feature 0 and meets column 0 of out_proj's weight (1, 3);
+    head 1 owns feature 1 and meets column 1 (2, 4). Worked by hand:
+    head 0: 3 * (1, 3) = (3, 9) and 2 * (1, 3) = (2, 6); head 1: 5 * (2, 4) = (10, 20) and
+    3 * (2, 4) = (6, 12). In training mode (dropout 0.5) the contributions are those of eval mode
+    and the layer stays in training mode."""
+    reference = get_exercise("ch06_ex7").reference
+    layer = _hand_layer().train()
+    x = torch.tensor([[[3.0, 5.0], [1.0, 1.0]]])
+    got = reference(layer, x)
+    expected = torch.tensor([[[[3.0, 9.0], [2.0, 6.0]], [[10.0, 20.0], [6.0, 12.0]]]])
+    torch.testing.assert_close(got, expected)
+    assert layer.training
+    torch.testing.assert_close(got.sum(dim=1) + layer.out_proj.bias, layer.eval()(x))
+
+
+def test_ch06_ex7_reference_equals_the_layer_with_other_heads_values_zeroed():
+    """An independent computation: head h's contribution is the eval-mode output of the layer whose
+    value features outside head h are zero, minus out_proj's bias (3 heads of 2, biased projections)."""
+    torch.manual_seed(3)
+    layer = mh.MultiHeadAttention(4, 6, 8, dropout=0.5, num_heads=3, qkv_bias=True).train()
+    x = torch.randn(2, 7, 4)
+    got = get_exercise("ch06_ex7").reference(layer, x)
+    assert got.shape == (2, 3, 7, 6) and layer.training
+    for h in range(3):
+        alone = mh.MultiHeadAttention(4, 6, 8, num_heads=3, qkv_bias=True).eval()
+        alone.load_state_dict(layer.state_dict())
+        with torch.no_grad():
+            others = torch.ones(6, dtype=torch.bool)
+            others[2 * h:2 * h + 2] = False
+            alone.W_value.weight[others] = 0
+            alone.W_value.bias[others] = 0
+            torch.testing.assert_close(got[:, h], alone(x) - alone.out_proj.bias, atol=1e-6, rtol=1e-5)
+
+
+def _contributions_from_rows(layer, x):
+    """A student's answer that takes each head's block of ROWS of out_proj's weight."""
+    if x.dim() != 3 or x.shape[-1] != layer.W_query.in_features:
+        raise ValueError(f"x must have shape (batch, num_tokens, d_in={layer.W_query.in_features}), "
+                         f"got x of shape {tuple(x.shape)}")
+    b, n, _ = x.shape
+    hd = layer.head_dim
+    was_training = layer.training
+    weights = layer.eval()(x, return_weights=True)[1]
+    layer.train(was_training)
+    values = layer.W_value(x).view(b, n, layer.num_heads, hd).transpose(1, 2)
+    context = weights @ values
+    w = layer.out_proj.weight
+    return torch.stack([context[:, h] @ w[h * hd:(h + 1) * hd] for h in range(layer.num_heads)], dim=1)
+
+
+def test_ch06_ex7_rows_of_out_proj_get_their_hint():
+    assert_mistake("ch06_ex7", _contributions_from_rows, "rows of out_proj.weight instead of columns")
+
+
+def test_ch06_ex7_layer_left_in_eval_mode_gets_its_hint():
+    """Right values through the layer's own weights, but layer.eval() is never undone."""
+    def left_in_eval(layer, x):
+        if x.dim() != 3 or x.shape[-1] != layer.W_query.in_features:
+            raise ValueError(f"x must have shape (batch, num_tokens, d_in={layer.W_query.in_features}), "
+                             f"got x of shape {tuple(x.shape)}")
+        weights = layer.eval()(x, return_weights=True)[1]
+        b, n, _ = x.shape
+        values = layer.W_value(x).view(b, n, layer.num_heads, layer.head_dim).transpose(1, 2)
+        blocks = layer.out_proj.weight.T.reshape(layer.num_heads, layer.head_dim, -1)
+        return (weights @ values) @ blocks
+
+    failures = failed_checks("ch06_ex7", left_in_eval)
+    assert [r.check for r in failures] == [get_exercise("ch06_ex7").checks[1].name]
+    assert_mistake("ch06_ex7", left_in_eval, "layer left in evaluation mode")
+
+
+def test_ch06_ex7_open_question_has_a_reference_answer_in_its_solution_block():
+    cells = json.loads((ROOT / "solutions" / "06_multihead_attention.ipynb").read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch06_ex7" in t)
+    end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
+    answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
+               and "solution-only" in cells[i]["metadata"].get("tags", [])]
+    assert len(answers) == 1, answers
+    student = (ROOT / "chapters" / "06_multihead_attention.ipynb").read_text()
+    assert text[answers[0]].splitlines()[0][:60] not in student
+
+
+# ------------------------------------------------------------------ ch06_ex3: issue 26's mistakes
+
+class _SDPAWithLayerMask(nn.Module):
+    """A student's layer that hands its mask buffer (True = hidden) to SDPA as it is."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        if d_out % num_heads:
+            raise ValueError(f"d_out must be divisible by num_heads, got d_out={d_out} and num_heads={num_heads}")
+        self.num_heads, self.context_length, self.p = num_heads, context_length, dropout
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.register_buffer("mask", torch.ones(context_length, context_length, dtype=torch.bool).triu(1),
+                             persistent=False)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        if n > self.context_length:
+            raise ValueError(f"num_tokens={n} exceeds context_length={self.context_length}")
+        q, k, v = (lin(x).view(b, n, self.num_heads, -1).transpose(1, 2)
+                   for lin in (self.W_query, self.W_key, self.W_value))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=self.mask[:n, :n], dropout_p=self.p if self.training else 0.0)
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+def test_ch06_ex3_layer_mask_given_unchanged_to_sdpa_gets_its_hint():
+    """Issue 26: SDPA reads a boolean attn_mask as True = may attend, the opposite of the buffer."""
+    assert_mistake("ch06_ex3", _SDPAWithLayerMask,
+                   "the layer's mask passed unchanged to F.scaled_dot_product_attention")

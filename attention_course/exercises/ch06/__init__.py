@@ -7,6 +7,9 @@ ch06_ex4  fuse_head_weights(query_weights, key_weights, value_weights) -> in_pro
 ch06_ex5  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
 ch06_ex6  attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias) -> dict of ints:
           parameters, entries of the attention weights and multiply-adds (an accounting; TRANSFER)
+ch06_ex7  head_contributions(layer, x) -> (batch, num_heads, num_tokens, d_out): each head's context
+          through its column block of out_proj.weight, no bias, eval mode; they sum to layer(x) minus
+          the bias (attribution to heads; TRANSFER, with an open question)
 
 Conventions fixed by this chapter (stated in each exercise's contract):
 
@@ -39,4 +42,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex4_fuse_head_weights,
     ex5_per_head_masked_attention,
     ex6_attention_layer_cost,
+    ex7_head_contributions,
 )

@@ -103,6 +103,17 @@ def _mha_short_calls(seed):
                  args=(torch.randn(2, n, d_in, generator=g),)) for n in (3, 1)]
 
 
+def _mha_causal_calls(seed):
+    """Two sequences with the same first 3 tokens and other later tokens: the first 3 rows agree."""
+    g = gen(seed)
+    d_in, d_out, ctx, heads = 4, 6, 7, 2
+    state = _mha_state(g, d_in, d_out, bias=True)
+    x = torch.randn(1, 6, d_in, generator=g)
+    later = torch.cat([x[:, :3], 3 * torch.randn(1, 3, d_in, generator=g)], dim=1)
+    return [Call(init_args=(d_in, d_out, ctx, 0.0, heads), init_kwargs={"qkv_bias": True}, init_seed=seed,
+                 strict_state=True, state_dict=state, train=False, args=(t,)) for t in (x, later)]
+
+
 def _mha_draws(d_in, d_out, ctx, p, heads, state, x, bias=False):
     def make(train, call_seed, dropout=p):
         return Call(init_args=(d_in, d_out, ctx, dropout, heads), init_kwargs={"qkv_bias": bias}, init_seed=0, strict_state=True,
@@ -220,7 +231,8 @@ _MHA_PLACEMENT_HINT = ("this check first compares eval mode and dropout=0 with t
 
 
 def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scale_by="head_dim",
-                 use_out_proj=True, divisibility_check=True, persistent_float_mask=False, dropout_on="weights"):
+                 use_out_proj=True, divisibility_check=True, persistent_float_mask=False, dropout_on="weights",
+                 sdpa_with_layer_mask=False):
     """A MultiHeadAttention that is wrong in exactly the way switched on."""
 
     class Variant(nn.Module):
@@ -257,10 +269,14 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
             if dropout_on == "values":
                 v = self.dropout(v)
             scale = math.sqrt(hd if scale_by == "head_dim" else self.d_out)
-            scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask.bool()[:n, :n], float("-inf"))
-            weights = torch.softmax(scores, dim=-1)
-            ctx = (self.dropout(weights) if dropout_on == "weights" else weights) @ v
-            if split == "no transpose":
+            if sdpa_with_layer_mask:   # SDPA reads a bool attn_mask as True = may attend
+                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask.bool()[:n, :n],
+                                                     dropout_p=self.dropout.p if self.training else 0.0)
+            else:
+                scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask.bool()[:n, :n], float("-inf"))
+                weights = torch.softmax(scores, dim=-1)
+                ctx = (self.dropout(weights) if dropout_on == "weights" else weights) @ v
+            if split == "no transpose" or merge == "no transpose":
                 ctx = ctx.reshape(b, n, h * hd)
             elif merge == "interleaved":
                 ctx = ctx.permute(0, 2, 3, 1).reshape(b, n, h * hd)
@@ -287,6 +303,21 @@ mistakes.add("view without transpose",
              "each head then mixes features of different tokens. Split the feature axis, then swap the "
              "tokens and heads axes (and undo it the same way when merging).",
              _mha_variant(split="no transpose"))
+
+
+mistakes.add("merged without the transpose",
+             "the heads were merged by reshaping (batch, heads, tokens, head_dim) straight to (batch, tokens, "
+             "d_out): the right shape, but each output row then holds features of several tokens; the heads "
+             "axis goes back after the tokens before the last two axes are joined.",
+             _mha_variant(merge="no transpose"))
+
+
+mistakes.add("the layer's mask passed unchanged to F.scaled_dot_product_attention",
+             "the outputs are those of queries that see only later keys (the last query none), as when "
+             "the mask buffer, True where a query must not attend, is given to "
+             "F.scaled_dot_product_attention, which reads a boolean attn_mask as True where a query may "
+             "attend; invert it, or use is_causal=True.",
+             _mha_variant(sdpa_with_layer_mask=True))
 
 
 mistakes.add("heads merged in the wrong order",
@@ -462,6 +493,9 @@ register(Exercise(
               _mha_main_calls, hint=_MHA_HINT),
         Check("4 heads of 2 on inputs shorter than context_length (3 and 1 of 8 tokens)", _mha_short_calls,
               hint="this check passes sequences shorter than context_length, with given weights."),
+        Check("the same first 3 tokens with other later tokens (2 heads of 3, qkv_bias)", _mha_causal_calls,
+              hint="this check compares the eval-mode outputs of two sequences that share their first 3 tokens "
+                   "and differ after them; with the causal mask, the first 3 rows of the two outputs agree."),
         Check("training mode, dropout=0.25: 40 seeded draws against eval mode (and dropout=0)", _mha_train_calls,
               compare=_compare_mha_dropout, hint=_MHA_DRAWS_HINT),
         Check("training mode, dropout=0.3, every value vector equal: where the dropout acts (40 draws)",
