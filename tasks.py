@@ -154,7 +154,10 @@ def test(extra: list) -> int:
     setup()
     ensure_chromium()
     ensure_node_tools()
-    status = _run([BIN / "python", "-m", "pytest", *extra], env=_env())
+    # Two workers (the machine has 2 cores); conftest.py keeps each file, and the built sites, whole.
+    chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in extra)
+    workers = [] if chosen else ["-n", "2", "--dist", "loadfile"]
+    status = _run([BIN / "python", "-m", "pytest", *workers, *extra], env=_env())
     if status == 5:
         print("tasks.py: pytest collected no tests (exit 5): the suite proves nothing", file=sys.stderr)
     return status
