@@ -295,16 +295,16 @@ register(Exercise(
               hint="this check uses width 0.05 and a query 3 units from every key (scores near -3000): "
                    "every entry of (predictions, weights) must be finite and agree with a float64 "
                    "computation within 2e-3 relative; the reason above says which item differs."),
-        Check("queries that are not 2-D raise ValueError naming queries", _nw_bad_query_calls, seed=0,
-              must_mention=["queries"], weight=ERROR_WEIGHT,
-              hint="the calls pass a 1-D and a 3-D queries; the ValueError must mention 'queries'."),
-        Check("keys and values of different shapes, or batch sizes that differ, raise ValueError naming both",
-              lambda seed: _nw_bad_kv_calls(seed) + _nw_bad_batch_calls(seed), seed=0,
-              must_mention=lambda call: (["queries", "keys"] if call.args[0].shape[0] != call.args[1].shape[0]
+        Check("bad shapes raise ValueError naming the arguments: queries not 2-D, keys and values of "
+              "different shapes, batch sizes that differ",
+              lambda seed: _nw_bad_query_calls(seed) + _nw_bad_kv_calls(seed) + _nw_bad_batch_calls(seed), seed=0,
+              must_mention=lambda call: (["queries"] if call.args[0].dim() != 2
+                                         else ["queries", "keys"] if call.args[0].shape[0] != call.args[1].shape[0]
                                          else ["keys", "values"]),
               weight=ERROR_WEIGHT,
-              hint="call 1 passes values with one entry fewer than keys (the ValueError names keys and values); "
-                   "call 2 passes 2 batches of queries and 3 of keys (it names queries and keys)."),
+              hint="the first calls pass a 1-D and a 3-D queries (the ValueError mentions queries); the next "
+                   "passes values with one entry fewer than keys (it names keys and values); the last passes 2 "
+                   "batches of queries and 3 of keys (it names queries and keys)."),
         Check("2 to 4 batches of 20 queries and 30 keys (hidden)", _nw_hidden_calls, public=False, seed=3,
               compare=finite_then_close(1e-4, 1e-5),
               hint="softmax over the keys of -(query - key)² / (2 width²), then a weighted sum of values."),

@@ -280,8 +280,8 @@ register(Exercise(
         Check("zero steps return the initial width and an empty loss history", _fit_zero_calls, seed=1,
               rtol=_FIT_RTOL, atol=_FIT_ATOL,
               hint="with num_steps = 0 the contract returns (init_width, an empty float32 tensor)."),
-        Check("bad keys, values or init_width raise ValueError naming them", _fit_bad_calls,
-              seed=0, must_mention=_fit_mentions, weight=ERROR_WEIGHT,
+        Check("bad keys, values or init_width raise ValueError naming them (hidden)", _fit_bad_calls,
+              public=False, seed=0, must_mention=_fit_mentions, weight=ERROR_WEIGHT,
               hint="calls 1 to 3 pass keys and values of different lengths, not 1-D, or of length 1 "
                    "(name both); calls 4 and 5 an init_width <= 0 (name init_width)."),
         Check("fresh data, start and learning rate (hidden)", _fit_hidden_calls, public=False, seed=4,
