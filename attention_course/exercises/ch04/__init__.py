@@ -18,6 +18,11 @@ Exercises
 * ``ch04_ex7`` ``offset_matrix(k, d_model)``: the block-diagonal rotation ``M_k`` with
   ``M_k @ PE[pos] == PE[pos + k]`` for every position (transfer: the chapter shows one
   2x2 block; negative offsets, the pair layout and validation are the student's).
+* ``ch04_ex8`` ``to_half_split(w)``: a ``(..., d_in, d_k)`` projection trained for the
+  interleaved rotary layout, converted (a column reordering) for the half-split layout, so
+  that every RoPE score is unchanged (TRANSFER: the chapter only mentions the half-split
+  layout; the checks implement both layouts and compare scores, plus the exact matrix).
+  No error check: the chapter's error checks are already over a fifth by count (a debt).
 
 Decisions (documented in the notebook's contracts as well):
 
@@ -45,4 +50,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex5_sinusoidal_encoding,
     ex6_linear_state_dict,
     ex7_offset_matrix,
+    ex8_to_half_split,
 )
