@@ -11,15 +11,16 @@ From issue 10, "hints that blame the wrong mistake": the hints printed for a wro
 name what it did, never another mistake; an answer that matches no kept mistake gets the
 check's own hint, which describes what the check compares without blaming a cause.
 """
+import json
 import math
 
 import pytest
 import torch
 
 from attention_course.exercises.ch04.ex3_self_attention import SelfAttention
-from attention_course.registry import all_exercises
+from attention_course.registry import all_exercises, get_exercise
 
-from exercise_helpers import BLAMING, assert_mistake, failed_checks
+from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, passes_everywhere
 
 
 # ------------------------------------------------------------- ch04_ex3
@@ -113,6 +114,213 @@ def test_ch04_ex6_wrong_key_names_get_a_neutral_hint():
     for r in failures:
         assert r.mistake is None
         assert "stores and applies" not in r.hint and "keep the matrices' dtype" not in r.hint, r.hint
+
+
+# ------------------------------------------------------------- ch04_ex8
+
+def _ths_reference():
+    return get_exercise("ch04_ex8").reference
+
+
+def test_ch04_ex8_reference_on_a_matrix_reordered_by_hand():
+    w = torch.arange(16.0).reshape(2, 8)
+    # by hand: pair i = columns (2i, 2i+1) goes to columns (i, i + 4)
+    expected = torch.tensor([[0.0, 2, 4, 6, 1, 3, 5, 7], [8.0, 10, 12, 14, 9, 11, 13, 15]])
+    assert torch.equal(_ths_reference()(w), expected)
+
+
+def _turn_pairs(x, positions, first, second):
+    """Rotary embedding written out with cos and sin: pair i is columns first[i], second[i]."""
+    d = x.shape[-1]
+    out = x.clone()
+    for i, (a, b) in enumerate(zip(first, second)):
+        angle = positions.double() * 10000.0 ** (-2 * i / d)
+        out[:, a] = x[:, a] * angle.cos() - x[:, b] * angle.sin()
+        out[:, b] = x[:, a] * angle.sin() + x[:, b] * angle.cos()
+    return out
+
+
+def test_ch04_ex8_reference_keeps_every_rope_score():
+    g = torch.Generator().manual_seed(5)
+    d_in, d_k = 5, 10
+    w_q, w_k = (torch.randn(d_in, d_k, generator=g, dtype=torch.float64) for _ in range(2))
+    x = torch.randn(9, d_in, generator=g, dtype=torch.float64)
+    positions = torch.tensor([0, 3, 17, 100, 101, 512, 777, 1023, 4000])
+    half = d_k // 2
+    inter = lambda v: _turn_pairs(v, positions, range(0, d_k, 2), range(1, d_k, 2))  # noqa: E731
+    split = lambda v: _turn_pairs(v, positions, range(half), range(half, d_k))       # noqa: E731
+    before = inter(x @ w_q) @ inter(x @ w_k).T
+    convert = _ths_reference()
+    after = split(x @ convert(w_q)) @ split(x @ convert(w_k)).T
+    assert torch.allclose(after, before, atol=1e-10)
+    # and the layouts do matter: unconverted weights give other scores
+    assert not torch.allclose(split(x @ w_q) @ split(x @ w_k).T, before, atol=1e-3)
+
+
+def test_ch04_ex8_half_split_to_interleaved_is_named():
+    def interleave_halves(w):
+        d_k = w.shape[-1]
+        out = torch.empty_like(w)
+        for i in range(d_k // 2):
+            out[..., 2 * i] = w[..., i]
+            out[..., 2 * i + 1] = w[..., i + d_k // 2]
+        return out
+    assert_mistake("ch04_ex8", interleave_halves, "the inverse reordering", must_not=("rows", "transposed"))
+
+
+def test_ch04_ex8_rows_reordered_is_named():
+    def rows_even_then_odd(w):
+        d_in = w.shape[-2]
+        order = list(range(0, d_in, 2)) + list(range(1, d_in, 2))
+        return w[..., order, :]
+    assert_mistake("ch04_ex8", rows_even_then_odd, "rows reordered")
+
+
+def test_ch04_ex8_pairs_turned_by_a_fixed_angle_keep_the_scores_but_not_the_matrix():
+    """Turning every converted pair by one fixed angle keeps every score (rotations commute), so the
+    score checks pass it; the contract asks for a reordering, and the entry-by-entry checks fail it
+    with their own hints."""
+    def reordered_then_turned(w):
+        a, b = w[..., 0::2], w[..., 1::2]
+        c, s = math.cos(0.3), math.sin(0.3)
+        return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
+    failures = failed_checks("ch04_ex8", reordered_then_turned)
+    entry_by_entry = [c.name for c in get_exercise("ch04_ex8").checks if c.public and c.compare is None]
+    assert [r.check for r in failures] == entry_by_entry
+    assert all(r.mistake is None for r in failures)
+
+
+def test_ch04_ex8_an_in_place_reordering_passes_everywhere():
+    def in_place(w):
+        d_k = w.shape[-1]
+        w[:] = w[..., [*range(0, d_k, 2), *range(1, d_k, 2)]]
+        return w
+    passes_everywhere("ch04_ex8", in_place)
+
+
+def test_ch04_ex8_open_question_has_a_reference_answer_in_its_solution_block():
+    cells = json.loads((ROOT / "solutions" / "04_self_attention.ipynb").read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch04_ex8" in t)
+    end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
+    answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
+               and "solution-only" in cells[i]["metadata"].get("tags", [])]
+    assert len(answers) == 1, answers
+    student = (ROOT / "chapters" / "04_self_attention.ipynb").read_text()
+    assert text[answers[0]].splitlines()[0][:60] not in student
+
+
+# ------------------------------------------------------------- ch04_ex9
+
+def _oop_reference():
+    return get_exercise("ch04_ex9").reference
+
+
+def test_ch04_ex9_reference_on_a_matrix_worked_by_hand():
+    A = torch.arange(1.0, 17.0).reshape(4, 4)
+    # by hand: pair 0's block [[1, 2], [5, 6]] -> a = (1 + 6) / 2, b = (2 - 5) / 2;
+    #          pair 1's block [[11, 12], [15, 16]] -> a = (11 + 16) / 2, b = (12 - 15) / 2
+    expected = torch.tensor([[3.5, -1.5, 0.0, 0.0],
+                             [1.5, 3.5, 0.0, 0.0],
+                             [0.0, 0.0, 13.5, -1.5],
+                             [0.0, 0.0, 1.5, 13.5]])
+    assert torch.equal(_oop_reference()(A), expected)
+
+
+def test_ch04_ex9_reference_is_the_least_squares_fit_of_matrices_commuting_with_M_1():
+    """Another method: the matrices commuting with M_1 found numerically (the null space of
+    X -> M_1 X - X M_1), then the least-squares fit of A in that space."""
+    d = 10
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    m1 = torch.block_diag(*[torch.tensor([[math.cos(w), math.sin(w)], [-math.sin(w), math.cos(w)]],
+                                         dtype=torch.float64) for w in omega.tolist()])
+    eye = torch.eye(d, dtype=torch.float64)
+    # row-major vec: vec(M X) = (M kron I) vec X, vec(X M) = (I kron M^T) vec X
+    operator = torch.kron(m1, eye) - torch.kron(eye, m1.T.contiguous())
+    _, s, vh = torch.linalg.svd(operator)
+    null = vh[s < 1e-9].T                                       # (d*d, dim of the commutant)
+    assert null.shape[1] == d
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(d, d, generator=g, dtype=torch.float64)
+    fit = (null @ torch.linalg.lstsq(null, A.reshape(-1, 1)).solution).reshape(d, d)
+    assert torch.allclose(_oop_reference()(A), fit, atol=1e-10)
+
+
+def test_ch04_ex9_b_with_the_wrong_sign_is_named():
+    def b_from_lower_minus_upper(A):
+        B = torch.zeros_like(A)
+        for i in range(0, A.shape[-1], 2):
+            a = (A[..., i, i] + A[..., i + 1, i + 1]) / 2
+            b = (A[..., i + 1, i] - A[..., i, i + 1]) / 2
+            B[..., i, i] = B[..., i + 1, i + 1] = a
+            B[..., i, i + 1], B[..., i + 1, i] = b, -b
+        return B
+    assert_mistake("ch04_ex9", b_from_lower_minus_upper, "b with the wrong sign",
+                   must_not=("pair i is columns", "twice"))
+
+
+def test_ch04_ex9_half_split_pairs_are_named():
+    def pairs_i_and_i_plus_half(A):
+        h = A.shape[-1] // 2
+        B = torch.zeros_like(A)
+        for i in range(h):
+            j = i + h
+            a, b = (A[..., i, i] + A[..., j, j]) / 2, (A[..., i, j] - A[..., j, i]) / 2
+            B[..., i, i], B[..., j, j], B[..., i, j], B[..., j, i] = a, a, b, -b
+        return B
+    assert_mistake("ch04_ex9", pairs_i_and_i_plus_half, "half-split pairs")
+
+
+def test_ch04_ex9_whole_blocks_fail_the_commuting_check_with_their_hint():
+    def keep_blocks(A):
+        B = torch.zeros_like(A)
+        for i in range(0, A.shape[-1], 2):
+            B[..., i:i + 2, i:i + 2] = A[..., i:i + 2, i:i + 2]
+        return B
+    assert_mistake("ch04_ex9", keep_blocks, "whole diagonal blocks kept")
+    commute = next(r for r in failed_checks("ch04_ex9", keep_blocks) if r.check.startswith("B commutes"))
+    assert "does not commute with M_1" in commute.reason, commute.reason
+
+
+def test_ch04_ex9_an_in_place_float64_answer_passes_everywhere():
+    def in_place(A):
+        d = A.shape[-1]
+        work = A.double()
+        pair = torch.arange(d) // 2
+        off_block = pair[:, None] != pair[None, :]
+        turned = work.clone()
+        turned[..., 0::2, :], turned[..., 1::2, :] = work[..., 1::2, :], -work[..., 0::2, :]
+        rotated = turned.clone()
+        rotated[..., :, 0::2], rotated[..., :, 1::2] = turned[..., :, 1::2], -turned[..., :, 0::2]
+        A.copy_(((work + rotated) / 2).masked_fill(off_block, 0.0).to(A.dtype))
+        return A
+    passes_everywhere("ch04_ex9", in_place)
+
+
+def test_ch04_ex9_a_random_matrix_keeps_about_one_over_d_model_of_its_squared_norm():
+    """The figure given in the reference answer to the open question."""
+    g = torch.Generator().manual_seed(0)
+    for d in (8, 32):
+        A = torch.randn(4000, d, d, generator=g, dtype=torch.float64)
+        B = _oop_reference()(A)
+        kept = (B ** 2).sum() / (A ** 2).sum()
+        assert abs(kept.item() * d - 1) < 0.03, (d, kept.item())
+        # and A - B is orthogonal to B, so the squared norms add up
+        assert torch.allclose(((A - B) * B).sum(dim=(-2, -1)), torch.zeros(4000, dtype=torch.float64),
+                              atol=1e-9)
+
+
+def test_ch04_ex9_open_question_has_a_reference_answer_in_its_solution_block():
+    cells = json.loads((ROOT / "solutions" / "04_self_attention.ipynb").read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch04_ex9" in t)
+    end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
+    answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
+               and "solution-only" in cells[i]["metadata"].get("tags", [])]
+    assert len(answers) == 1, answers
+    student = (ROOT / "chapters" / "04_self_attention.ipynb").read_text()
+    assert text[answers[0]].splitlines()[0][:60] not in student
+    assert "1/d_\\text{model}" in text[answers[0]] and "rank" in text[answers[0]]
 
 
 # ------------------------------------------------------------- every check hint of the chapter

@@ -2,22 +2,51 @@
 
 Exercises
 ---------
+Each line is marked RETYPE (the page prints the computation; the exercise has it written
+again, with a contract), VARIATION (a printed computation in a new setting or layout) or
+TRANSFER (something the page does not print: a new case, a derivation turned into code).
+Issue 26: a chapter's points go mostly to understanding, so the RETYPE exercises are
+one-point warm-ups; here RETYPE carries 3 of the chapter's 17 points, VARIATION and
+TRANSFER 14.
+
 * ``ch04_ex1`` ``context_vector(inputs, query_index)``: one context vector of simple
   (unprojected, unscaled) self-attention (any style: the contract does not ask for loops).
+  RETYPE, 1 point (the page computes it for *mice* step by step).
 * ``ch04_ex2`` ``simple_self_attention(inputs)``: the same for all queries at once,
   in matrix form, for 2-D or batched 3-D inputs; returns ``(weights, contexts)``.
+  RETYPE, 1 point (the page prints the three matrix operations; the batch axis is new).
 * ``ch04_ex3`` ``SelfAttention(d_in, d_out, qkv_bias=False)``: scaled dot-product
   self-attention with ``nn.Linear`` projections ``W_query``, ``W_key``, ``W_value``.
+  VARIATION, 3 points (the page prints a module with ``nn.Parameter`` matrices).
 * ``ch04_ex4`` ``attend_permuted(inputs, perm, W_query, W_key, W_value)``: attention
   on permuted tokens, and its output put back into the original token order.
+  VARIATION, 2 points (the page permutes; undoing the permutation is the student's).
 * ``ch04_ex5`` ``sinusoidal_encoding(num_positions, d_model)``: the sinusoidal
   positional encoding of Vaswani et al. (2017), interleaved sin/cos columns, float32.
+  RETYPE, 1 point (the page prints a loop version; validation and float32 are added).
 * ``ch04_ex6`` ``linear_state_dict(W_query, W_key, W_value)``: the ``(d_in, d_out)``
   matrices of the chapter's ``nn.Parameter`` module as a state dict for exercise 3's
-  ``nn.Linear`` module (transfer: ``nn.Linear`` stores ``(d_out, d_in)``).
+  ``nn.Linear`` module. VARIATION, 1 point (the page says that ``nn.Linear`` stores
+  ``(d_out, d_in)``; the exercise applies it).
 * ``ch04_ex7`` ``offset_matrix(k, d_model)``: the block-diagonal rotation ``M_k`` with
-  ``M_k @ PE[pos] == PE[pos + k]`` for every position (transfer: the chapter shows one
-  2x2 block; negative offsets, the pair layout and validation are the student's).
+  ``M_k @ PE[pos] == PE[pos + k]`` for every position. VARIATION, 2 points (the chapter
+  shows one 2x2 block; negative offsets, the pair layout and validation are the student's).
+* ``ch04_ex8`` ``to_half_split(w)``: a ``(..., d_in, d_k)`` projection trained for the
+  interleaved rotary layout, converted (a column reordering) for the half-split layout, so
+  that every RoPE score is unchanged. TRANSFER, 3 points (the chapter only mentions the
+  half-split layout; the checks implement both layouts and compare scores, plus the exact
+  matrix). No error check: the chapter's error checks were over a fifth by count then
+  (5 of 24 public checks); with exercise 9 they are 5 of 29, and chapter 4 has left
+  ``ERROR_CHECK_DEBT`` in ``tests/test_exercises.py``.
+* ``ch04_ex9`` ``offset_only_part(A)``: the offset-only part of ``A`` (``W_q W_k^T``):
+  the closest matrix (Frobenius) among those commuting with every ``M_k``, i.e. on each
+  pair (2i, 2i+1) the block [[a, b], [-b, a]] with a, b the means of A's diagonal entries
+  and of its off-diagonal ones (the lower one negated), 0 elsewhere; leading axes allowed.
+  TRANSFER, 3 points (the page prints one such matrix built by hand and never projects a
+  given A; the student derives a and b). Checks: entries, commuting with ``M_k``, offset-only
+  scores on the chapter's table, remainder orthogonal to the offset-only matrices, an
+  offset-only ``A`` unchanged. No error check (an odd ``d_model`` is outside the contract):
+  the chapter's error checks stay at 5 of its 29 public checks, below the fifth.
 
 Decisions (documented in the notebook's contracts as well):
 
@@ -45,4 +74,6 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex5_sinusoidal_encoding,
     ex6_linear_state_dict,
     ex7_offset_matrix,
+    ex8_to_half_split,
+    ex9_offset_only_part,
 )

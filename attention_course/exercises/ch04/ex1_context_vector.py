@@ -151,7 +151,7 @@ def _cv_alt_all_rows(inputs, query_index):
 
 register(Exercise(
     label="ch04_ex1", title="One context vector",
-    name="context_vector", reference=context_vector, points=2,
+    name="context_vector", reference=context_vector, points=1,
     checks=[
         Check("the chapter's sentence, every token as the query", _cv_sentence_calls, seed=0,
               hint="score = dot product of the query with each token, weights = softmax of the scores, "

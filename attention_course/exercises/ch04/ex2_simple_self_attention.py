@@ -156,7 +156,7 @@ def _ssa_alt_float64(inputs):
 
 register(Exercise(
     label="ch04_ex2", title="All queries at once",
-    name="simple_self_attention", reference=simple_self_attention, points=2,
+    name="simple_self_attention", reference=simple_self_attention, points=1,
     checks=[
         Check("the chapter's sentence (6 tokens of width 3)", _ssa_sentence_calls, seed=0,
               hint="return a tuple (weights, contexts): weights (num_tokens, num_tokens) with rows summing "

@@ -227,7 +227,7 @@ alternatives.add("the course library's transformer.sinusoidal_encoding",
 
 register(Exercise(
     label="ch04_ex5", title="Sinusoidal positional encoding",
-    name="sinusoidal_encoding", reference=sinusoidal_encoding, points=2,
+    name="sinusoidal_encoding", reference=sinusoidal_encoding, points=1,
     checks=[
         Check("4 positions, d_model=6", _pe_small_calls, seed=0, atol=1e-4,
               hint="column 2i holds sin(pos / 10000^(2i/d_model)), column 2i+1 the cosine of the same angle; "
