@@ -104,14 +104,11 @@ def _mha_short_calls(seed):
 
 
 def _mha_causal_calls(seed):
-    """Two sequences with the same first 3 tokens and other later tokens: the first 3 rows agree."""
     g = gen(seed)
-    d_in, d_out, ctx, heads = 4, 6, 7, 2
-    state = _mha_state(g, d_in, d_out, bias=True)
-    x = torch.randn(1, 6, d_in, generator=g)
-    later = torch.cat([x[:, :3], 3 * torch.randn(1, 3, d_in, generator=g)], dim=1)
-    return [Call(init_args=(d_in, d_out, ctx, 0.0, heads), init_kwargs={"qkv_bias": True}, init_seed=seed,
-                 strict_state=True, state_dict=state, train=False, args=(t,)) for t in (x, later)]
+    state, x = _mha_state(g, 4, 6, bias=True), torch.randn(1, 6, 4, generator=g)
+    later = torch.cat([x[:, :3], 3 * torch.randn(1, 3, 4, generator=g)], dim=1)
+    return [Call(init_args=(4, 6, 7, 0.0, 2), init_kwargs={"qkv_bias": True}, init_seed=seed, strict_state=True,
+                 state_dict=state, train=False, args=(t,)) for t in (x, later)]
 
 
 def _mha_draws(d_in, d_out, ctx, p, heads, state, x, bias=False):
@@ -135,7 +132,6 @@ def _mha_train_hidden_calls(seed):
     p = round(0.2 + 0.2 * torch.rand((), generator=g).item(), 3)
     return _mha_draws(d_in, d_out, ctx, p, heads, _mha_state(g, d_in, d_out, bias=True),
                       torch.randn(2, ctx, d_in, generator=g), bias=True)
-
 
 _compare_mha_dropout = dropout_compare(p_of=lambda call: call.init_args[3], is_train=lambda call: call.train)
 
@@ -207,24 +203,21 @@ def _mha_hidden_bad_calls(seed):
     d_out = heads * randint(g, 1, 3) + randint(g, 1, heads - 1)
     return [Call(init_args=(3, d_out, 5, 0.0, heads), init_seed=seed, args=(torch.randn(1, 2, 3, generator=g),))]
 
-
 _MHA_HINT = ("this check loads given weights by name (load_state_dict), lists parameter shapes and buffer "
              "names, and compares the eval-mode output: compare each step (projections, split, per-head "
              "scaled scores, causal mask, softmax, merge, out_proj) and the names with the contract.")
 
-
 _MHA_DRAWS_HINT = ("this check first compares eval mode (two calls) and training mode with dropout=0 with the "
                    "contract's output, then 40 training-mode outputs, each with its own seed: their mean must "
-                   "approach the eval-mode output and their summed variance must be within a factor 2 of that "
-                   "of dropout with probability p on the attention weights.")
-
+                   "approach the eval-mode output and their summed variance must be within a factor 2 of that of "
+                   "dropout with probability p on the attention weights.")
 
 _MHA_PLACEMENT_HINT = ("this check first compares eval mode and dropout=0 with the contract's output, with every "
-                       "value vector set to one vector v (W_value's weight 0, its bias v) and out_proj's bias "
-                       "0; then 40 training-mode draws. Dropout on the attention weights only rescales each "
-                       "query's weights, so in every draw head h's share of out_proj's input is one number "
-                       "times v's share of head h; the check recovers out_proj's input from the output "
-                       "through out_proj's weight and tests that, then the mean and spread of the draws.")
+                       "value vector set to one vector v (W_value's weight 0, its bias v) and out_proj's bias 0; "
+                       "then 40 training-mode draws. Dropout on the attention weights only rescales each query's "
+                       "weights, so in every draw head h's share of out_proj's input is one number times v's share "
+                       "of head h; the check recovers out_proj's input from the output through out_proj's weight "
+                       "and tests that, then the mean and spread of the draws.")
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
@@ -234,7 +227,6 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
                  use_out_proj=True, divisibility_check=True, persistent_float_mask=False, dropout_on="weights",
                  sdpa_with_layer_mask=False):
     """A MultiHeadAttention that is wrong in exactly the way switched on."""
-
     class Variant(nn.Module):
         def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
             super().__init__()
@@ -269,9 +261,8 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
             if dropout_on == "values":
                 v = self.dropout(v)
             scale = math.sqrt(hd if scale_by == "head_dim" else self.d_out)
-            if sdpa_with_layer_mask:   # SDPA reads a bool attn_mask as True = may attend
-                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask.bool()[:n, :n],
-                                                     dropout_p=self.dropout.p if self.training else 0.0)
+            if sdpa_with_layer_mask:   # SDPA reads a bool attn_mask as True = may attend (bool buffer here)
+                ctx = F.scaled_dot_product_attention(q, k, v, self.mask[:n, :n], self.dropout.p * self.training)
             else:
                 scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask.bool()[:n, :n], float("-inf"))
                 weights = torch.softmax(scores, dim=-1)
@@ -291,12 +282,10 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
     Variant.__name__ = Variant.__qualname__ = "MultiHeadAttention"
     return Variant
 
-
 mistakes.add("head_dim = d_out (d2l #2056: full-width heads)",
              "each head must be d_out // num_heads wide, so W_query, W_key and W_value map d_in to d_out "
              "in total; you gave every head the full d_out (num_heads times too many parameters).",
              _mha_variant(head_dim_is_d_out=True))
-
 
 mistakes.add("view without transpose",
              "you reshaped the projections straight to (batch, heads, tokens, head_dim): right shape, but "
@@ -304,44 +293,35 @@ mistakes.add("view without transpose",
              "tokens and heads axes (and undo it the same way when merging).",
              _mha_variant(split="no transpose"))
 
-
 mistakes.add("merged without the transpose",
-             "the heads were merged by reshaping (batch, heads, tokens, head_dim) straight to (batch, tokens, "
-             "d_out): the right shape, but each output row then holds features of several tokens; the heads "
-             "axis goes back after the tokens before the last two axes are joined.",
-             _mha_variant(merge="no transpose"))
-
+             "the heads were merged by reshaping (batch, heads, tokens, head_dim) straight to (batch, tokens, d_out): the "
+             "right shape, but each output row then holds features of several tokens; the heads axis goes back after "
+             "the tokens before the last two axes are joined.", _mha_variant(merge="no transpose"))
 
 mistakes.add("the layer's mask passed unchanged to F.scaled_dot_product_attention",
-             "the outputs are those of queries that see only later keys (the last query none), as when "
-             "the mask buffer, True where a query must not attend, is given to "
-             "F.scaled_dot_product_attention, which reads a boolean attn_mask as True where a query may "
-             "attend; invert it, or use is_causal=True.",
+             "the outputs are those of queries that see only later keys (the last query none), as when the mask "
+             "buffer, True where a query must not attend, is given to F.scaled_dot_product_attention, which reads a "
+             "boolean attn_mask as True where a query may attend; invert it, or use is_causal=True.",
              _mha_variant(sdpa_with_layer_mask=True))
-
 
 mistakes.add("heads merged in the wrong order",
              "when merging, head h must fill features h * head_dim ... (h + 1) * head_dim - 1; you "
              "interleaved the heads feature by feature.",
              _mha_variant(merge="interleaved"))
 
-
 mistakes.add("scaled by sqrt(d_out)",
              "each head's scores are dot products of head_dim-sized vectors, so divide by the square root "
              "of head_dim, not of d_out.",
              _mha_variant(scale_by="d_out"))
 
-
 mistakes.add("out_proj not applied",
              "the merged heads still have to go through the output projection out_proj.",
              _mha_variant(use_out_proj=False))
-
 
 mistakes.add("no divisibility check",
              "when d_out is not a multiple of num_heads, raise ValueError in __init__ naming d_out and "
              "num_heads with their values, instead of failing later in a reshape.",
              _mha_variant(divisibility_check=False))
-
 
 mistakes.add("persistent float mask buffer",
              "your mask is a persistent buffer, so state_dict expects it and loading the projections alone "
@@ -349,20 +329,17 @@ mistakes.add("persistent float mask buffer",
              "persistent=False.",
              _mha_variant(persistent_float_mask=True))
 
-
 mistakes.add("dropout on out_proj's output",
              "in training mode single entries of your layer's output are exactly 0, as when the dropout "
              "is applied to the output of out_proj; the contract drops attention weights: apply the "
              "dropout once to the softmax weights, before they weight the values.",
              _mha_variant(dropout_on="output"))
 
-
 mistakes.add("dropout on the merged heads",
              "in training mode single features of out_proj's input are exactly 0, as when the dropout "
              "is applied to the merged heads (or to the context vectors); the contract drops attention "
              "weights: apply the dropout once to the softmax weights, before they weight the values.",
              _mha_variant(dropout_on="merged"))
-
 
 mistakes.add("dropout on the values",
              "in training mode the features of one head are rescaled by different amounts, with no "
@@ -474,7 +451,6 @@ class _MHAAltHeadLoop(nn.Module):
             heads.append(self.dropout(torch.softmax(scores, dim=-1)) @ v)
         return self.out_proj(torch.cat(heads, dim=-1).to(x.dtype))
 
-
 alternatives.add("the course library's multihead.MultiHeadAttention",
                  "the layer Chapters 8-9 build on: private _split/_merge methods, defaults dropout=0.0 and "
                  "num_heads=1, forward takes an optional return_weights", mh.MultiHeadAttention)
@@ -494,8 +470,8 @@ register(Exercise(
         Check("4 heads of 2 on inputs shorter than context_length (3 and 1 of 8 tokens)", _mha_short_calls,
               hint="this check passes sequences shorter than context_length, with given weights."),
         Check("the same first 3 tokens with other later tokens (2 heads of 3, qkv_bias)", _mha_causal_calls,
-              hint="this check compares the eval-mode outputs of two sequences that share their first 3 tokens "
-                   "and differ after them; with the causal mask, the first 3 rows of the two outputs agree."),
+              hint="this check compares the eval-mode outputs of two sequences that share their first 3 tokens and "
+                   "differ after them; with the causal mask, the first 3 rows of the two outputs agree."),
         Check("training mode, dropout=0.25: 40 seeded draws against eval mode (and dropout=0)", _mha_train_calls,
               compare=_compare_mha_dropout, hint=_MHA_DRAWS_HINT),
         Check("training mode, dropout=0.3, every value vector equal: where the dropout acts (40 draws)",
