@@ -176,8 +176,8 @@ register(Exercise(
     checks=[
         Check("d_out=6 into 2 heads (an arange input) and into 3 heads", _split_small_calls, hint=_SPLIT_HINT),
         Check("one head, and as many heads as features", _split_edge_calls, hint=_SPLIT_HINT),
-        Check("d_out not divisible by num_heads raises ValueError naming both and their values",
-              _split_bad_calls, must_mention=_mention_sizes(), weight=0.2,
+        Check("d_out not divisible by num_heads raises ValueError naming both and their values (hidden)",
+              _split_bad_calls, public=False, must_mention=_mention_sizes(), weight=0.2,
               hint="check d_out % num_heads before reshaping and give d_out, num_heads and their values "
                    "in the message."),
         Check("a 2-D or 4-D x raises ValueError naming x and its shape", _split_not_3d_calls, weight=0.2,

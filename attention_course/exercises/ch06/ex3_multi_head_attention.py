@@ -258,8 +258,7 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
                 return t.reshape(b, n, h, hd).transpose(1, 2)
 
             q, k, v = to_heads(self.W_query(x)), to_heads(self.W_key(x)), to_heads(self.W_value(x))
-            if dropout_on == "values":
-                v = self.dropout(v)
+            v = self.dropout(v) if dropout_on == "values" else v
             scale = math.sqrt(hd if scale_by == "head_dim" else self.d_out)
             if sdpa_with_layer_mask:   # SDPA reads a bool attn_mask as True = may attend (bool buffer here)
                 ctx = F.scaled_dot_product_attention(q, k, v, self.mask[:n, :n], self.dropout.p * self.training)
@@ -267,14 +266,13 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
                 scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask.bool()[:n, :n], float("-inf"))
                 weights = torch.softmax(scores, dim=-1)
                 ctx = (self.dropout(weights) if dropout_on == "weights" else weights) @ v
-            if split == "no transpose" or merge == "no transpose":
+            if merge == "no transpose":
                 ctx = ctx.reshape(b, n, h * hd)
             elif merge == "interleaved":
                 ctx = ctx.permute(0, 2, 3, 1).reshape(b, n, h * hd)
             else:
                 ctx = ctx.transpose(1, 2).reshape(b, n, h * hd)
-            if dropout_on == "merged":
-                ctx = self.dropout(ctx)
+            ctx = self.dropout(ctx) if dropout_on == "merged" else ctx
             out = self.out_proj(ctx) if use_out_proj else ctx
             return self.dropout(out) if dropout_on == "output" else out
 
@@ -287,11 +285,12 @@ mistakes.add("head_dim = d_out (d2l #2056: full-width heads)",
              "in total; you gave every head the full d_out (num_heads times too many parameters).",
              _mha_variant(head_dim_is_d_out=True))
 
-mistakes.add("view without transpose",
-             "you reshaped the projections straight to (batch, heads, tokens, head_dim): right shape, but "
-             "each head then mixes features of different tokens. Split the feature axis, then swap the "
-             "tokens and heads axes (and undo it the same way when merging).",
-             _mha_variant(split="no transpose"))
+mistakes.add("view without transpose", "you reshaped the projections straight to (batch, heads, tokens, head_dim): "
+             "right shape, but each head then mixes features of different tokens; split the feature axis, then "
+             "swap the tokens and heads axes.", _mha_variant(split="no transpose"))
+mistakes.add("view without transpose, both ways", "you reshaped straight to (batch, heads, tokens, head_dim) and "
+             "back: right shapes, but each head mixes features of different tokens; split the features, then swap the "
+             "tokens and heads axes (and swap back before merging).", _mha_variant(split="no transpose", merge="no transpose"))
 
 mistakes.add("merged without the transpose",
              "the heads were merged by reshaping (batch, heads, tokens, head_dim) straight to (batch, tokens, d_out): the "
@@ -476,8 +475,8 @@ register(Exercise(
               compare=_compare_mha_dropout, hint=_MHA_DRAWS_HINT),
         Check("training mode, dropout=0.3, every value vector equal: where the dropout acts (40 draws)",
               _mha_placement_calls, compare=_compare_mha_placement, hint=_MHA_PLACEMENT_HINT),
-        Check("d_out=10 with num_heads=4 raises ValueError naming d_out and num_heads and their values",
-              _mha_indivisible_calls, must_mention=_mention_sizes(), weight=0.2,
+        Check("d_out=10 with num_heads=4 raises ValueError naming d_out and num_heads and their values (hidden)",
+              _mha_indivisible_calls, public=False, must_mention=_mention_sizes(), weight=0.2,
               hint="check d_out % num_heads in __init__ and give d_out, num_heads and their values in the "
                    "message."),
         Check("num_tokens > context_length raises ValueError naming both", _mha_too_long_calls,

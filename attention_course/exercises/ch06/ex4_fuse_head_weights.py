@@ -188,8 +188,8 @@ register(Exercise(
     reference=fuse_head_weights, points=1,
     checks=[
         Check("3 heads of size 2 from d_in=4", _fuse_main_calls, hint=_FUSE_HINT),
-        Check("mismatched or non-3-D shapes raise ValueError naming a faulty argument", _fuse_bad_calls,
-              compare=_compare_fuse_errors, weight=0.4,
+        Check("mismatched or non-3-D shapes raise ValueError naming a faulty argument (hidden)", _fuse_bad_calls,
+              public=False, compare=_compare_fuse_errors, weight=0.4,
               hint="this check passes a value_weights of another shape, a key_weights of another shape, and "
                    "three 2-D weights: each must raise ValueError before stacking, and the message must name "
                    "an argument that is not 3-D, or the one whose shape differs from the other two (naming "

@@ -115,7 +115,9 @@ def _bad_calls(seed):
     g = gen(seed)
     layer = _layer(g, 4, 6, 6, 0.0, 3, False, False)
     return [Call(args=(layer, torch.randn(1, 3, 4, generator=g))),
-            Call(args=(layer, torch.randn(1, 3, 5, generator=g)))]
+            Call(args=(layer, torch.randn(1, 3, 5, generator=g))),
+            Call(args=(layer, torch.randn(3, 4, generator=g))),
+            Call(args=(layer, torch.randn(1, 1, 3, 4, generator=g)))]
 
 
 def _bad_words(call):
@@ -302,10 +304,10 @@ register(Exercise(
               hint=_HINT + " With one head, its block is out_proj's output without the bias."),
         Check("the same first 3 tokens with other later tokens (2 heads of 3)", _causal_calls, seed=3,
               hint=_HINT + " The two calls share their first 3 tokens, so their first 3 rows agree."),
-        Check("x whose last size is not d_in raises ValueError naming x and its shape", _bad_calls, seed=4,
-              must_mention=_bad_words, weight=ERROR_WEIGHT,
-              hint="the first call is valid; the second passes x of shape (1, 3, 5) to a layer with d_in=4, "
-                   "and the ValueError names x and gives its shape."),
+        Check("x not 3-D, or whose last size is not d_in, raises ValueError naming x and its shape (hidden)",
+              _bad_calls, seed=4, public=False, must_mention=_bad_words, weight=ERROR_WEIGHT,
+              hint="the first call is valid; the next pass x of shape (1, 3, 5) to a layer with d_in=4, then a "
+                   "2-D x (3, 4) and a 4-D x (1, 1, 3, 4); each ValueError names x and gives its shape."),
         Check("random sizes, qkv_bias, modes and dropout (hidden)", _hidden_calls, seed=5, public=False,
               hint=_HINT),
     ],
