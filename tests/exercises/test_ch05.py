@@ -264,3 +264,34 @@ def test_ch05_independence_never_fails_correct_dropout_over_40_seeds(label, chec
         for impl in shared:
             reason = _judge(exercise, check, calls, impl, want)
             assert reason is not None and "identical" in reason, (k, impl, reason)
+
+
+# ======================================== ch05_ex6
+
+# ---- ch05_ex6: hand-computed cases; a float path count that overflows gets its own hint
+
+def test_ch05_ex6_reference_on_hand_computed_cases():
+    from attention_course.exercises.ch05.ex6_stacked_influence import stacked_influence
+    previous = torch.tensor([[False, False, False, False],
+                             [True, False, False, False],
+                             [False, True, False, False],
+                             [False, False, True, False]])
+    # Without residual, two layers of "previous token only" shift by exactly two: j = i - 2.
+    shift_two = torch.tensor([[0, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0]], dtype=torch.bool)
+    assert torch.equal(stacked_influence(previous, 2, residual=False), shift_two)
+    # With residual, two layers reach i, i - 1 and i - 2 (written out by hand).
+    band = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(stacked_influence(previous, 2), band)
+    assert torch.equal(stacked_influence(previous, 0), torch.eye(4, dtype=torch.bool))
+
+
+def test_ch05_ex6_float_matrix_power_is_named():
+    def float_power(allowed, num_layers, residual=True):
+        if allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
+            raise ValueError(f"allowed has shape {tuple(allowed.shape)}")
+        step = allowed.float()
+        if residual:
+            step = torch.clamp(step + torch.eye(len(step)), max=1.0)
+        return torch.linalg.matrix_power(step, num_layers) > 0
+
+    assert_mistake("ch05_ex6", float_power, "path counts overflow")

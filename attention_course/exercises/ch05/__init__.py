@@ -5,6 +5,11 @@ outputs of a dropout layer called many times on all-ones weights, tell a correct
 from one that does not rescale, rescales by 1 - p, reuses one mask, or is switched off. Its checks
 draw those outputs from trusted layers of each kind.
 
+ch05_ex6, ``stacked_influence(allowed, num_layers, residual=True)`` (TRANSFER): which outputs of a
+stack of layers can depend on which input tokens when every layer uses one attention pattern
+(``allowed`` True = may attend, the opposite of the chapter's masks); the page only tests one
+layer. One check compares with bumps of a real stack of float64 attention layers.
+
 Conventions fixed by this chapter (stated in each exercise's contract):
 
 * A boolean attention mask is ``True`` where a query must **not** attend to a key
@@ -42,4 +47,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex3_causal_attention,
     ex4_offset_causal_mask,
     ex5_diagnose_dropout,
+    ex6_stacked_influence,
 )

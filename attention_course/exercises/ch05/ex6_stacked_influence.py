@@ -1,0 +1,382 @@
+r"""ch05_ex6: How far a mask lets information travel through a stack of layers.
+
+The leak test of this chapter bumps one token and records which outputs of **one** layer move.
+Models stack many layers, and a token that reaches a neighbour in the first layer reaches that
+neighbour's neighbours in the second. Work out, without running any layer, which outputs of a
+stack can depend on which inputs. Write `stacked_influence(allowed, num_layers, residual=True)`.
+
+- `allowed`: a `torch.bool` tensor `(n, n)`, `n >= 1`, where `allowed[i, j]` is `True` when
+  query `i` may attend to key `j`. This is the **opposite** of the chapter's masks, where `True`
+  marks a hidden key. Every layer of the stack uses this same pattern. A query with no allowed
+  key takes nothing from the keys (its attention output is zero).
+- `num_layers`: a Python int, `num_layers >= 0`. `residual`: a Python bool; when it is `True`,
+  each layer adds its input to its attention output, so output `i` of a layer also depends on
+  input `i` of that layer.
+- Return a `torch.bool` tensor `(n, n)` whose entry `[i, j]` is `True` when output `i` of the
+  stack can depend on input token `j`: when a chain of `num_layers` steps leads from position
+  `j` to position `i`, each step either an allowed attention (from position `k` to position
+  `m` when `allowed[m, k]`) or, with `residual`, a stay at the same position. With
+  `num_layers = 0` the result is the identity. The answer is structural (whatever the weights),
+  but one check bumps tokens in a real stack of random float64 attention layers with your mask
+  and compares what moves with your result. The checks go up to `n = 48` and `num_layers = 200`.
+- Raise `ValueError` naming `allowed` and its shape when `allowed` is not a square 2-D tensor.
+
+When your function passes, use it in a cell of your own on a sliding window in which each of
+30 tokens sees itself and the 2 tokens before it: how far back does the last output reach
+after 1, 2, ..., 5 layers? Then answer without building any mask: a model whose layers each let
+a token see itself and the 4,095 tokens before it has 32 layers. How far back can the output
+at the last position depend on the input?
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of
+
+mistakes = Kept(Mistake)
+alternatives = Kept(Alternative)
+
+
+# The reference ----------------------------------------------------------------------------
+
+
+def stacked_influence(allowed, num_layers, residual=True):
+    """Reference: one boolean step per layer, out[i, j] = any over k of step[i, k] and reach[k, j],
+    stopping once a layer changes nothing (reach is then the same after every further layer)."""
+    if allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
+        raise ValueError(f"allowed must be a square (n, n) mask, got allowed of shape {tuple(allowed.shape)}")
+    n = allowed.shape[0]
+    step = allowed.bool() | (torch.eye(n, dtype=torch.bool) & bool(residual))
+    reach = torch.eye(n, dtype=torch.bool)
+    for _ in range(num_layers):
+        following = (step[:, :, None] & reach[None, :, :]).any(dim=1)
+        if torch.equal(following, reach):
+            break
+        reach = following
+    return reach
+
+
+# Inputs of the public and hidden checks ---------------------------------------------------
+
+
+def _band(n, back, ahead=0):
+    """allowed[i, j] True when i - back <= j <= i + ahead (back = width - 1 for a sliding window)."""
+    offset = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+    return (offset >= -back) & (offset <= ahead)
+
+
+def _causal_calls(seed):
+    causal = _band(6, back=5)
+    return [Call(args=(causal, 1)), Call(args=(causal, 2)), Call(args=(causal, 4)),
+            Call(args=(causal, 3), kwargs={"residual": False})]
+
+
+def _window_calls(seed):
+    width3 = _band(12, back=2)
+    return [Call(args=(width3, layers)) for layers in (1, 2, 3, 5)] + [
+        Call(args=(_band(12, back=3), 2), kwargs={"residual": False})]
+
+
+def _future_calls(seed):
+    one_ahead = _band(10, back=9, ahead=1)
+    return [Call(args=(one_ahead, 2)), Call(args=(one_ahead, 3)),
+            Call(args=(one_ahead, 3), kwargs={"residual": False})]
+
+
+def _previous_calls(seed):
+    previous = _band(8, back=1) & ~torch.eye(8, dtype=torch.bool)   # token i sees token i - 1 only
+    return [Call(args=(previous, layers), kwargs={"residual": False}) for layers in (0, 1, 3)] + [
+        Call(args=(previous, 3))]
+
+
+def _empty_rows_calls(seed):
+    holes = _band(7, back=6)
+    holes[2] = False
+    holes[5] = False
+    return [Call(args=(holes, 1), kwargs={"residual": False}), Call(args=(holes, 2), kwargs={"residual": False}),
+            Call(args=(holes, 2))]
+
+
+def _prefix_lm(n, prefix):
+    """The prefix tokens see each other both ways; the rest see the prefix and their past."""
+    allowed = _band(n, back=n)
+    allowed[:prefix, :prefix] = True
+    return allowed
+
+
+def _deep_calls(seed):
+    return [Call(args=(_prefix_lm(48, 40), 60)), Call(args=(_prefix_lm(48, 40), 200)),
+            Call(args=(_band(48, back=47), 200), kwargs={"residual": False})]
+
+
+def _random_mask(g, n, density):
+    return torch.rand(n, n, generator=g) < density
+
+
+def _stack_calls(seed):
+    g = gen(seed)
+    return [Call(args=(_random_mask(g, 6, 0.35), 2)),
+            Call(args=(_random_mask(g, 7, 0.3), 3), kwargs={"residual": False})]
+
+
+def _hidden_calls(seed):
+    g = gen(seed)
+    calls = []
+    for _ in range(3):
+        n = randint(g, 2, 12)
+        density = 0.1 + 0.4 * torch.rand(1, generator=g).item()
+        residual = bool(randint(g, 0, 1))
+        calls.append(Call(args=(_random_mask(g, n, density), randint(g, 0, 5)), kwargs={"residual": residual}))
+    n = randint(g, 30, 48)
+    deep = _band(n, back=n) & (torch.rand(n, n, generator=g) < 0.8)     # causal, with random holes
+    calls.append(Call(args=(deep, randint(g, 60, 200))))
+    return calls
+
+
+def _bad_calls(seed):
+    return [Call(args=(_band(4, back=1), 1)),
+            Call(args=(torch.ones(3, 4, dtype=torch.bool), 2)),
+            Call(args=(torch.ones(2, 5, 5, dtype=torch.bool), 1))]
+
+
+def _bad_words(call):
+    return ["allowed", shape_of(call.args[0])]
+
+
+def _moved_in_a_stack(allowed, num_layers, residual):
+    """Which outputs of a real stack of random float64 attention layers with this mask move when
+    one input token is bumped: moved[i, j] is True when output i changes with token j."""
+    n, d = allowed.shape[0], 4
+    g = torch.Generator().manual_seed(1000 + 7 * n + num_layers)
+    layers = [torch.randn(3, d, d, generator=g, dtype=torch.float64) for _ in range(num_layers)]
+    tokens = torch.randn(n, d, generator=g, dtype=torch.float64)
+
+    def run(x):
+        for w in layers:
+            q, k, v = x @ w[0], x @ w[1], x @ w[2]
+            scores = (q @ k.T / d ** 0.5).masked_fill(~allowed, float("-inf"))
+            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)   # a row with no key: zeros
+            x = weights @ v + (x if residual else 0)
+        return x
+
+    base = run(tokens)
+    moved = torch.zeros(n, n, dtype=torch.bool)
+    for j in range(n):
+        bumped = tokens.clone()
+        bumped[j] += torch.randn(d, generator=g, dtype=torch.float64)
+        moved[:, j] = (run(bumped) - base).abs().amax(dim=-1) > 1e-9
+    return moved
+
+
+def _compare_with_a_real_stack(got, want, calls):
+    """An answer equal to ``want`` agrees (that is how an answer is matched to a kept mistake);
+    otherwise it must say exactly which outputs of a real stack move when a token is bumped."""
+    for number, (g, w, call) in enumerate(zip(got, want, calls), start=1):
+        where = "" if len(calls) == 1 else f"call {number} of {len(calls)}: "
+        if g.get("status") != "ok":
+            if g.get("error_type") == "NotImplementedError":
+                return f"not implemented yet (NotImplementedError: {g.get('message')})"
+            return f"{where}raised {g.get('error_type')}: {str(g.get('message'))[:300]}"
+        mine = g["value"]
+        if not isinstance(mine, torch.Tensor):
+            return f"{where}the result is a {type(mine).__name__}, expected a torch.Tensor"
+        if mine.dtype != torch.bool:
+            return f"{where}the result has dtype {mine.dtype}, expected torch.bool"
+        allowed, num_layers = call.args
+        residual = call.kwargs.get("residual", True)
+        if tuple(mine.shape) != tuple(allowed.shape):
+            return f"{where}the result has shape {tuple(mine.shape)}, expected {tuple(allowed.shape)}"
+        if w.get("status") == "ok" and torch.equal(mine, w["value"]):
+            continue
+        moved = _moved_in_a_stack(allowed, num_layers, residual)
+        wrong = torch.nonzero(mine != moved)
+        if len(wrong):
+            i, j = wrong[0].tolist()
+            does = "moves" if moved[i, j] else "does not move"
+            return (f"{where}in a stack of {num_layers} random float64 attention layers with this mask "
+                    f"(residual={residual}), output {i} {does} when token {j} is bumped, but the result "
+                    f"has entry [{i}, {j}] = {bool(mine[i, j])} ({len(wrong)} entries differ)")
+    return None
+
+
+# Kept mistakes, each with its hint --------------------------------------------------------
+
+
+def _validated(impl):
+    def answer(allowed, num_layers, residual=True):
+        if allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
+            raise ValueError(f"allowed should be square, got shape {tuple(allowed.shape)}")
+        return impl(allowed, num_layers, residual)
+    return answer
+
+
+mistakes.add("allowed read as hidden",
+             "your result treats True in allowed as a key that is hidden (the convention of the chapter's "
+             "masks); in this exercise True marks a key the query may attend to.",
+             _validated(lambda allowed, layers, residual: stacked_influence(~allowed, layers, residual)))
+
+mistakes.add("transposed",
+             "rows and columns are swapped: entry [i, j] says whether output i depends on input token j, and "
+             "your result has that answer in entry [j, i] (information flows from keys to queries).",
+             _validated(lambda allowed, layers, residual: stacked_influence(allowed, layers, residual).T))
+
+mistakes.add("residual ignored",
+             "with residual=True your result is what a stack without residual connections gives; each layer's "
+             "output i also carries its input i, so a position can stay in place for some layers and move in "
+             "others.",
+             _validated(lambda allowed, layers, residual: stacked_influence(allowed, layers, False)))
+
+mistakes.add("residual counted once",
+             "your result lets a position stay in place either for every layer or for none; each layer has "
+             "its own residual connection, so a chain may stay in place for some layers and attend in the others.",
+             _validated(lambda allowed, layers, residual: stacked_influence(allowed, layers, False)
+                        | (torch.eye(allowed.shape[0], dtype=torch.bool) & bool(residual))))
+
+mistakes.add("one layer too many",
+             "your result reaches one step further than the stack can: it is the answer for num_layers + 1 "
+             "layers (with 0 layers, each output depends on its own token only).",
+             _validated(lambda allowed, layers, residual: stacked_influence(allowed, layers + 1, residual)))
+
+mistakes.add("one layer too few",
+             "your result is the answer for num_layers - 1 layers: one layer already lets output i depend on "
+             "the keys query i may attend to.",
+             _validated(lambda allowed, layers, residual: stacked_influence(allowed, max(layers - 1, 0), residual)))
+
+
+@mistakes.keep("path counts overflow",
+               "with many layers your result misses dependences that exist: counting paths in floating point "
+               "overflows to inf, inf times 0 gives nan, and a comparison with nan is False; only whether a path "
+               "exists matters, so keep 0 or 1 per entry after every layer.")
+def _influence_float_power(allowed, num_layers, residual=True):
+    if allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
+        raise ValueError(f"allowed must be square, got shape {tuple(allowed.shape)}")
+    step = allowed.float()
+    if residual:
+        step = step + torch.eye(allowed.shape[0]) * (1 - step)
+    return torch.linalg.matrix_power(step, num_layers) > 0
+
+
+# Kept alternatives (correct answers in other styles) --------------------------------------
+
+
+@alternatives.keep("Python ints as bit sets",
+                   "plain loops: bit j of reach[i] says output i depends on token j; one pass over the allowed "
+                   "keys per layer")
+def _influence_alt_bitsets(allowed, num_layers, residual=True):
+    if len(allowed.shape) != 2 or allowed.shape[0] != allowed.shape[1]:
+        raise ValueError("expected a square allowed, got %s" % (list(allowed.shape),))
+    n = allowed.shape[0]
+    sees = [[k for k in range(n) if allowed[i, k]] for i in range(n)]
+    reach = [1 << i for i in range(n)]
+    for _ in range(num_layers):
+        reach = [(reach[i] if residual else 0) | _or_all(reach[k] for k in sees[i]) for i in range(n)]
+    return torch.tensor([[bool(reach[i] >> j & 1) for j in range(n)] for i in range(n)], dtype=torch.bool)
+
+
+def _or_all(numbers):
+    total = 0
+    for number in numbers:
+        total |= number
+    return total
+
+
+@alternatives.keep("numpy boolean matrix_power",
+                   "numpy's matmul on bool arrays is OR of ANDs, so matrix_power never counts paths")
+def _influence_alt_numpy(allowed, num_layers, residual=True):
+    if allowed.ndim != 2 or allowed.shape[0] != allowed.shape[1]:
+        raise ValueError(f"allowed has shape {tuple(allowed.shape)}; expected (n, n)")
+    step = allowed.numpy().astype(bool)
+    if residual:
+        step = step | np.eye(step.shape[0], dtype=bool)
+    return torch.from_numpy(np.linalg.matrix_power(step, num_layers).astype(bool))
+
+
+@alternatives.keep("float64 einsum clipped to 0/1",
+                   "one einsum per layer in float64, clipped back to 0 or 1 so that nothing grows")
+def _influence_alt_einsum(allowed, num_layers, residual=True):
+    if allowed.dim() != 2 or allowed.size(0) != allowed.size(1):
+        raise ValueError(f"allowed: need shape (n, n), got {list(allowed.shape)}")
+    step = allowed.double()
+    if residual:
+        step = torch.maximum(step, torch.eye(len(step), dtype=torch.float64))
+    reach = torch.eye(len(step), dtype=torch.float64)
+    for _ in range(num_layers):
+        reach = torch.einsum("ik,kj->ij", step, reach).clamp(max=1.0)
+    return reach > 0.5
+
+
+@alternatives.keep("the chapter's convention, float32 per layer",
+                   "True = hidden inside, as in the chapter; one float32 product per layer thresholded to 0/1, "
+                   "every layer computed")
+def _influence_alt_hidden_float32(allowed, num_layers, residual=True):
+    if allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
+        raise ValueError(f"allowed must be (n, n); its shape is {tuple(allowed.shape)}")
+    hidden = ~allowed
+    n = hidden.shape[0]
+    if residual:
+        hidden = hidden & ~torch.eye(n, dtype=torch.bool)
+    step = (~hidden).float()
+    result = torch.eye(n)
+    for _ in range(num_layers):
+        result = ((step @ result) > 0).float()
+    return result.bool()
+
+
+@alternatives.keep("repeated squaring in int64",
+                   "binary powers of the one-layer pattern, each product of 0/1 int64 matrices turned back into "
+                   "0/1 at once")
+def _influence_alt_squaring(allowed, num_layers, residual=True):
+    if allowed.dim() != 2 or allowed.shape[-1] != allowed.shape[-2]:
+        raise ValueError(f"allowed is not square: shape {tuple(allowed.shape)}")
+    n = allowed.shape[0]
+    power = allowed.long()
+    if residual:
+        power = power | torch.eye(n, dtype=torch.long)
+    result = torch.eye(n, dtype=torch.long)
+    remaining = num_layers
+    while remaining > 0:
+        if remaining % 2:
+            result = (power @ result).clamp(max=1)
+        power = (power @ power).clamp(max=1)
+        remaining //= 2
+    return result == 1
+
+
+# Registration -----------------------------------------------------------------------------
+
+_HINT = ("entry [i, j] is True when a chain of num_layers steps leads from token j to output i, each step an "
+         "allowed attention (position k to position m when allowed[m, k] is True) or, with residual=True, a stay "
+         "at the same position; the reason above names an entry that differs.")
+
+register(Exercise(
+    label="ch05_ex6", title="How far a mask lets information travel through a stack of layers",
+    name="stacked_influence", reference=stacked_influence, points=3, kind="function",
+    checks=[
+        Check("causal mask over 6 tokens, 1 to 4 layers, with and without residual", _causal_calls, hint=_HINT),
+        Check("sliding windows of width 3 and 4 over 12 tokens, up to 5 layers", _window_calls,
+              hint=_HINT + " A window that reaches w - 1 tokens back reaches further back with every layer."),
+        Check("a mask that also shows the next token, 2 and 3 layers", _future_calls,
+              hint=_HINT + " Here every query also sees the token right after it."),
+        Check("previous token only, 0, 1 and 3 layers, with and without residual", _previous_calls,
+              hint=_HINT + " Here each query sees the token before it and not itself; the first sees nothing."),
+        Check("two queries with no allowed key", _empty_rows_calls,
+              hint=_HINT + " Here queries 2 and 5 may attend to no key at all."),
+        Check("48 tokens, 60 and 200 layers", _deep_calls,
+              hint=_HINT + " Here the stack is deep: the number of paths runs far beyond any float's range."),
+        Check("random masks against a real stack of float64 attention layers", _stack_calls,
+              compare=_compare_with_a_real_stack,
+              hint="this check runs a stack of random attention layers with the mask, bumps each input token "
+                   "and records which outputs move; entry [i, j] of the result should be True exactly when "
+                   "output i moved with token j."),
+        Check("allowed not a square 2-D tensor raises ValueError naming allowed and its shape", _bad_calls,
+              must_mention=_bad_words, weight=ERROR_WEIGHT,
+              hint="the first call is a valid mask; the others have shapes (3, 4) and (2, 5, 5), and the "
+                   "ValueError message names allowed and its shape."),
+        Check("random masks and sizes, and a deep causal stack with holes (hidden)", _hidden_calls,
+              public=False, hint=_HINT),
+    ],
+    mistakes=list(mistakes),
+    alternatives=list(alternatives),
+))
