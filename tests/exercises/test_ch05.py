@@ -290,8 +290,44 @@ def test_ch05_ex6_float_matrix_power_is_named():
         if allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
             raise ValueError(f"allowed has shape {tuple(allowed.shape)}")
         step = allowed.float()
-        if residual:
-            step = torch.clamp(step + torch.eye(len(step)), max=1.0)
+        keeps_own = (step.sum(dim=1) >= 2) | residual
+        step = torch.clamp(step + torch.diag(keeps_own.float()), max=1.0)
         return torch.linalg.matrix_power(step, num_layers) > 0
 
     assert_mistake("ch05_ex6", float_power, "path counts overflow")
+
+
+def test_ch05_ex6_query_path_by_hand():
+    """Without residual, a query with two allowed keys or more depends on its own token (its query
+    moves the weights); with one allowed key it does not (the weight is 1 whatever the query)."""
+    from attention_course.exercises.ch05.ex6_stacked_influence import stacked_influence
+    two_before = torch.tensor([[0, 0, 0, 0],
+                               [1, 0, 0, 0],
+                               [1, 1, 0, 0],
+                               [0, 1, 1, 0]], dtype=torch.bool)
+    one_layer = torch.tensor([[0, 0, 0, 0],     # no key: output zero
+                              [1, 0, 0, 0],     # one key: its value, weight 1
+                              [1, 1, 1, 0],     # two keys: their values and its own query
+                              [0, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(stacked_influence(two_before, 1, residual=False), one_layer)
+    # Two layers: row 3 reaches through rows 1, 2 and itself, that is tokens 0 to 3.
+    two_layers = torch.tensor([[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(stacked_influence(two_before, 2, residual=False), two_layers)
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_ch05_ex6_reference_and_alternatives_match_a_real_stack_over_30_masks(residual):
+    """The structural answer is what the derivatives of a real stack of float64 attention layers
+    show, on random masks of every density (the contract bug an independent solver found: the
+    query path without residual)."""
+    from attention_course.exercises.ch05 import ex6_stacked_influence as module
+    exercise = get_exercise("ch05_ex6")
+    correct = [exercise.reference] + [a.impl for a in exercise.alternatives]
+    g = torch.Generator().manual_seed(5 + residual)
+    for k in range(30):
+        n = int(torch.randint(2, 9, (1,), generator=g))
+        allowed = torch.rand(n, n, generator=g) < (0.1 + 0.8 * k / 30)
+        layers = int(torch.randint(1, 4, (1,), generator=g))
+        moved = module._moved_in_a_stack(allowed, layers, residual)
+        for impl in correct:
+            assert torch.equal(impl(allowed, layers, residual=residual), moved), (k, impl, allowed, layers)

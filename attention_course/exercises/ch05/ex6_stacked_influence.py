@@ -9,16 +9,21 @@ stack can depend on which inputs. Write `stacked_influence(allowed, num_layers, 
   query `i` may attend to key `j`. This is the **opposite** of the chapter's masks, where `True`
   marks a hidden key. Every layer of the stack uses this same pattern. A query with no allowed
   key takes nothing from the keys (its attention output is zero).
-- `num_layers`: a Python int, `num_layers >= 0`. `residual`: a Python bool; when it is `True`,
-  each layer adds its input to its attention output, so output `i` of a layer also depends on
-  input `i` of that layer.
+- `num_layers`: a Python int, `num_layers >= 0`. `residual`: a Python bool. Every layer is
+  single-head attention over the same pattern: from its input rows `x_m` it forms the query
+  `x_i W_q`, keys `x_k W_k` and values `x_k W_v`, takes the softmax over the allowed keys of row
+  `i` and returns the weighted sum of their values, plus `x_i` itself when `residual` is `True`.
 - Return a `torch.bool` tensor `(n, n)` whose entry `[i, j]` is `True` when output `i` of the
-  stack can depend on input token `j`: when a chain of `num_layers` steps leads from position
-  `j` to position `i`, each step either an allowed attention (from position `k` to position
-  `m` when `allowed[m, k]`) or, with `residual`, a stay at the same position. With
-  `num_layers = 0` the result is the identity. The answer is structural (whatever the weights),
-  but one check bumps tokens in a real stack of random float64 attention layers with your mask
-  and compares what moves with your result. The checks go up to `n = 48` and `num_layers = 200`.
+  stack can depend on input token `j` for generic weights. In one layer, output `i` depends on
+  input `k` when `allowed[i, k]` (through its key and value), and on input `i` itself when
+  `residual` is `True` **or** when its query can change the weights: a row with no allowed key
+  outputs zero and a row with exactly one allowed key gives it weight 1 whatever the query, so
+  only a row with two or more allowed keys depends on its own query. The stack composes these
+  steps: output `i` depends on token `j` when a chain of `num_layers` one-layer steps leads from
+  position `j` to position `i`. With `num_layers = 0` the result is the identity. The answer is
+  structural, but one check differentiates a real stack of random float64 attention layers with
+  your mask and compares which outputs change with which tokens against your result. The checks
+  go up to `n = 48` and `num_layers = 200`.
 - Raise `ValueError` naming `allowed` and its shape when `allowed` is not a square 2-D tensor.
 
 When your function passes, use it in a cell of your own on a sliding window in which each of
@@ -48,13 +53,28 @@ def stacked_influence(allowed, num_layers, residual=True):
     if allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
         raise ValueError(f"allowed must be a square (n, n) mask, got allowed of shape {tuple(allowed.shape)}")
     n = allowed.shape[0]
-    step = allowed.bool() | (torch.eye(n, dtype=torch.bool) & bool(residual))
+    step = _one_layer(allowed.bool(), residual)
     reach = torch.eye(n, dtype=torch.bool)
     for _ in range(num_layers):
         following = (step[:, :, None] & reach[None, :, :]).any(dim=1)
         if torch.equal(following, reach):
             break
         reach = following
+    return reach
+
+
+def _one_layer(allowed, residual):
+    """step[i, k]: output i of one layer can depend on input k (key and value when allowed; its own
+    input through the residual path, or through its query when the query can shift the weights)."""
+    stays = torch.full((allowed.shape[0],), bool(residual)) | (allowed.sum(dim=1) >= 2)
+    return allowed | torch.diag(stays)
+
+
+def _reach(step, num_layers):
+    """Whether a chain of num_layers steps of ``step`` leads from token j to output i."""
+    reach = torch.eye(step.shape[0], dtype=torch.bool)
+    for _ in range(num_layers):
+        reach = (step[:, :, None] & reach[None, :, :]).any(dim=1)
     return reach
 
 
@@ -89,6 +109,11 @@ def _previous_calls(seed):
     previous = _band(8, back=1) & ~torch.eye(8, dtype=torch.bool)   # token i sees token i - 1 only
     return [Call(args=(previous, layers), kwargs={"residual": False}) for layers in (0, 1, 3)] + [
         Call(args=(previous, 3))]
+
+
+def _two_before_calls(seed):
+    two_before = _band(7, back=2) & ~torch.eye(7, dtype=torch.bool)   # tokens i - 2 and i - 1, not i
+    return [Call(args=(two_before, layers), kwargs={"residual": False}) for layers in (1, 2)]
 
 
 def _empty_rows_calls(seed):
@@ -146,33 +171,34 @@ def _bad_words(call):
 
 
 def _moved_in_a_stack(allowed, num_layers, residual):
-    """Which outputs of a real stack of random float64 attention layers with this mask move when
-    one input token is bumped: moved[i, j] is True when output i changes with token j."""
+    """Which outputs of a real stack of random float64 attention layers with this mask depend on
+    which input tokens: moved[i, j] is True when the Jacobian of output i with respect to token j
+    is not zero. (The Jacobian, not a bump and a threshold: a weight of 1e-30 is tiny but not
+    zero, and a bump would not see it.) A masked key and a row with no allowed key give exact
+    zeros, so a dependence the mask rules out is exactly 0, never a rounding error."""
     n, d = allowed.shape[0], 4
     g = torch.Generator().manual_seed(1000 + 7 * n + num_layers)
-    layers = [torch.randn(3, d, d, generator=g, dtype=torch.float64) for _ in range(num_layers)]
+    layers = [torch.randn(3, d, d, generator=g, dtype=torch.float64) / d ** 0.5 for _ in range(num_layers)]
     tokens = torch.randn(n, d, generator=g, dtype=torch.float64)
+    has_key = allowed.any(dim=-1, keepdim=True)
 
     def run(x):
         for w in layers:
             q, k, v = x @ w[0], x @ w[1], x @ w[2]
-            scores = (q @ k.T / d ** 0.5).masked_fill(~allowed, float("-inf"))
-            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)   # a row with no key: zeros
+            scores = torch.where(allowed, q @ k.T / d ** 0.5, float("-inf"))
+            scores = torch.where(has_key, scores, 0.0)          # a row with no key: finite, then zeroed
+            weights = torch.softmax(scores, dim=-1) * has_key
             x = weights @ v + (x if residual else 0)
         return x
 
-    base = run(tokens)
-    moved = torch.zeros(n, n, dtype=torch.bool)
-    for j in range(n):
-        bumped = tokens.clone()
-        bumped[j] += torch.randn(d, generator=g, dtype=torch.float64)
-        moved[:, j] = (run(bumped) - base).abs().amax(dim=-1) > 1e-9
-    return moved
+    jacobian = torch.autograd.functional.jacobian(run, tokens)     # (n, d, n, d)
+    return jacobian.ne(0).any(dim=3).any(dim=1)
 
 
-def _compare_with_a_real_stack(got, want, calls):
+def _compare_entries(got, want, calls, real_stack=False):
     """An answer equal to ``want`` agrees (that is how an answer is matched to a kept mistake);
-    otherwise it must say exactly which outputs of a real stack move when a token is bumped."""
+    otherwise the reason names the call and one entry that differs. With ``real_stack`` the entry
+    is judged by what moves in a real stack of attention layers instead of by ``want``."""
     for number, (g, w, call) in enumerate(zip(got, want, calls), start=1):
         where = "" if len(calls) == 1 else f"call {number} of {len(calls)}: "
         if g.get("status") != "ok":
@@ -190,15 +216,25 @@ def _compare_with_a_real_stack(got, want, calls):
             return f"{where}the result has shape {tuple(mine.shape)}, expected {tuple(allowed.shape)}"
         if w.get("status") == "ok" and torch.equal(mine, w["value"]):
             continue
+        setting = f"{allowed.shape[0]} tokens, num_layers={num_layers}, residual={residual}"
+        if not real_stack:
+            wrong = torch.nonzero(mine != w["value"])
+            i, j = wrong[0].tolist()
+            return (f"{where}({setting}) entry [{i}, {j}] is {bool(mine[i, j])}, expected "
+                    f"{bool(w['value'][i, j])} ({len(wrong)} of {mine.numel()} entries differ)")
         moved = _moved_in_a_stack(allowed, num_layers, residual)
         wrong = torch.nonzero(mine != moved)
         if len(wrong):
             i, j = wrong[0].tolist()
             does = "moves" if moved[i, j] else "does not move"
             return (f"{where}in a stack of {num_layers} random float64 attention layers with this mask "
-                    f"(residual={residual}), output {i} {does} when token {j} is bumped, but the result "
+                    f"({setting}), output {i} {does} when token {j} changes, but the result "
                     f"has entry [{i}, {j}] = {bool(mine[i, j])} ({len(wrong)} entries differ)")
     return None
+
+
+def _compare_with_a_real_stack(got, want, calls):
+    return _compare_entries(got, want, calls, real_stack=True)
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
@@ -234,6 +270,20 @@ mistakes.add("residual counted once",
              _validated(lambda allowed, layers, residual: stacked_influence(allowed, layers, False)
                         | (torch.eye(allowed.shape[0], dtype=torch.bool) & bool(residual))))
 
+mistakes.add("query path ignored",
+             "without residual your result lets output i depend on its own token only when allowed[i, i]; its "
+             "query x_i W_q decides how the weights split, so wherever row i allows two or more keys, output i of "
+             "a layer depends on input i as well.",
+             _validated(lambda allowed, layers, residual: _reach(
+                 allowed | (torch.eye(allowed.shape[0], dtype=torch.bool) & bool(residual)), layers)))
+
+mistakes.add("own token always kept",
+             "with residual=False your result lets every output depend on its own token; without the residual "
+             "path a row with no allowed key outputs zero and a row with one allowed key gives it weight 1 "
+             "whatever the query, so there output i depends on input i only if allowed[i, i].",
+             _validated(lambda allowed, layers, residual: _reach(
+                 allowed | torch.eye(allowed.shape[0], dtype=torch.bool), layers)))
+
 mistakes.add("one layer too many",
              "your result reaches one step further than the stack can: it is the answer for num_layers + 1 "
              "layers (with 0 layers, each output depends on its own token only).",
@@ -246,15 +296,16 @@ mistakes.add("one layer too few",
 
 
 @mistakes.keep("path counts overflow",
-               "with many layers your result misses dependences that exist: counting paths in floating point "
-               "overflows to inf, inf times 0 gives nan, and a comparison with nan is False; only whether a path "
+               "with many layers your result misses dependences that exist: the number of paths outgrows any "
+               "number type (a float overflows to inf and inf times 0 gives nan, an integer wraps around to a "
+               "negative count), and a comparison with nan or a negative count is False; only whether a path "
                "exists matters, so keep 0 or 1 per entry after every layer.")
 def _influence_float_power(allowed, num_layers, residual=True):
     if allowed.dim() != 2 or allowed.shape[0] != allowed.shape[1]:
         raise ValueError(f"allowed must be square, got shape {tuple(allowed.shape)}")
     step = allowed.float()
-    if residual:
-        step = step + torch.eye(allowed.shape[0]) * (1 - step)
+    diagonal = torch.tensor([bool(residual) or int(row.sum()) >= 2 for row in allowed])
+    step = step + torch.diag(diagonal.float()) * (1 - step)
     return torch.linalg.matrix_power(step, num_layers) > 0
 
 
@@ -271,7 +322,8 @@ def _influence_alt_bitsets(allowed, num_layers, residual=True):
     sees = [[k for k in range(n) if allowed[i, k]] for i in range(n)]
     reach = [1 << i for i in range(n)]
     for _ in range(num_layers):
-        reach = [(reach[i] if residual else 0) | _or_all(reach[k] for k in sees[i]) for i in range(n)]
+        keeps = [residual or len(sees[i]) >= 2 for i in range(n)]   # residual, or a query that moves weights
+        reach = [(reach[i] if keeps[i] else 0) | _or_all(reach[k] for k in sees[i]) for i in range(n)]
     return torch.tensor([[bool(reach[i] >> j & 1) for j in range(n)] for i in range(n)], dtype=torch.bool)
 
 
@@ -288,8 +340,10 @@ def _influence_alt_numpy(allowed, num_layers, residual=True):
     if allowed.ndim != 2 or allowed.shape[0] != allowed.shape[1]:
         raise ValueError(f"allowed has shape {tuple(allowed.shape)}; expected (n, n)")
     step = allowed.numpy().astype(bool)
+    keeps_own = step.sum(axis=1) >= 2          # the query moves the weights only between two keys or more
     if residual:
-        step = step | np.eye(step.shape[0], dtype=bool)
+        keeps_own[:] = True
+    step = step | np.diag(keeps_own)
     return torch.from_numpy(np.linalg.matrix_power(step, num_layers).astype(bool))
 
 
@@ -299,8 +353,8 @@ def _influence_alt_einsum(allowed, num_layers, residual=True):
     if allowed.dim() != 2 or allowed.size(0) != allowed.size(1):
         raise ValueError(f"allowed: need shape (n, n), got {list(allowed.shape)}")
     step = allowed.double()
-    if residual:
-        step = torch.maximum(step, torch.eye(len(step), dtype=torch.float64))
+    own = torch.ones(len(step), dtype=torch.float64) if residual else (step.sum(dim=1) >= 2).double()
+    step = torch.maximum(step, torch.diag(own))
     reach = torch.eye(len(step), dtype=torch.float64)
     for _ in range(num_layers):
         reach = torch.einsum("ik,kj->ij", step, reach).clamp(max=1.0)
@@ -315,8 +369,9 @@ def _influence_alt_hidden_float32(allowed, num_layers, residual=True):
         raise ValueError(f"allowed must be (n, n); its shape is {tuple(allowed.shape)}")
     hidden = ~allowed
     n = hidden.shape[0]
-    if residual:
-        hidden = hidden & ~torch.eye(n, dtype=torch.bool)
+    own_query_counts = (~hidden).sum(dim=-1) >= 2
+    if residual or own_query_counts.any():
+        hidden = hidden & ~torch.diag(own_query_counts | residual)
     step = (~hidden).float()
     result = torch.eye(n)
     for _ in range(num_layers):
@@ -332,8 +387,7 @@ def _influence_alt_squaring(allowed, num_layers, residual=True):
         raise ValueError(f"allowed is not square: shape {tuple(allowed.shape)}")
     n = allowed.shape[0]
     power = allowed.long()
-    if residual:
-        power = power | torch.eye(n, dtype=torch.long)
+    power = power | torch.diag(((power.sum(dim=1) >= 2) | bool(residual)).long())
     result = torch.eye(n, dtype=torch.long)
     remaining = num_layers
     while remaining > 0:
@@ -346,36 +400,47 @@ def _influence_alt_squaring(allowed, num_layers, residual=True):
 
 # Registration -----------------------------------------------------------------------------
 
-_HINT = ("entry [i, j] is True when a chain of num_layers steps leads from token j to output i, each step an "
-         "allowed attention (position k to position m when allowed[m, k] is True) or, with residual=True, a stay "
-         "at the same position; the reason above names an entry that differs.")
+_HINT = ("entry [i, j] is True when a chain of num_layers one-layer steps leads from token j to output i; in one "
+         "layer output m depends on input k when allowed[m, k], and on input m itself with residual=True or when "
+         "row m allows two or more keys (its query then moves the weights).")
 
 register(Exercise(
     label="ch05_ex6", title="How far a mask lets information travel through a stack of layers",
     name="stacked_influence", reference=stacked_influence, points=3, kind="function",
     checks=[
-        Check("causal mask over 6 tokens, 1 to 4 layers, with and without residual", _causal_calls, hint=_HINT),
+        Check("causal mask over 6 tokens, 1 to 4 layers, with and without residual", _causal_calls,
+              compare=_compare_entries, hint=_HINT),
         Check("sliding windows of width 3 and 4 over 12 tokens, up to 5 layers", _window_calls,
+              compare=_compare_entries,
               hint=_HINT + " A window that reaches w - 1 tokens back reaches further back with every layer."),
         Check("a mask that also shows the next token, 2 and 3 layers", _future_calls,
+              compare=_compare_entries,
               hint=_HINT + " Here every query also sees the token right after it."),
         Check("previous token only, 0, 1 and 3 layers, with and without residual", _previous_calls,
-              hint=_HINT + " Here each query sees the token before it and not itself; the first sees nothing."),
+              compare=_compare_entries,
+              hint=_HINT + " Here each query sees the token before it and not itself, one key per row, and the "
+                           "first sees nothing; with num_layers=0 every output is its own token."),
+        Check("the two tokens before, not itself, without residual", _two_before_calls,
+              compare=_compare_entries,
+              hint=_HINT + " Here query 0 sees no key, query 1 one key and every later query two keys."),
         Check("two queries with no allowed key", _empty_rows_calls,
-              hint=_HINT + " Here queries 2 and 5 may attend to no key at all."),
+              compare=_compare_entries,
+              hint=_HINT + " Here queries 2 and 5 may attend to no key at all: without residual their outputs "
+                           "are zero."),
         Check("48 tokens, 60 and 200 layers", _deep_calls,
+              compare=_compare_entries,
               hint=_HINT + " Here the stack is deep: the number of paths runs far beyond any float's range."),
         Check("random masks against a real stack of float64 attention layers", _stack_calls,
               compare=_compare_with_a_real_stack,
-              hint="this check runs a stack of random attention layers with the mask, bumps each input token "
-                   "and records which outputs move; entry [i, j] of the result should be True exactly when "
-                   "output i moved with token j."),
+              hint="this check runs a stack of random attention layers with the mask and records which "
+                   "outputs change when an input token changes (their derivatives); entry [i, j] of the result "
+                   "should be True exactly when output i changes with token j."),
         Check("allowed not a square 2-D tensor raises ValueError naming allowed and its shape", _bad_calls,
               must_mention=_bad_words, weight=ERROR_WEIGHT,
               hint="the first call is a valid mask; the others have shapes (3, 4) and (2, 5, 5), and the "
                    "ValueError message names allowed and its shape."),
         Check("random masks and sizes, and a deep causal stack with holes (hidden)", _hidden_calls,
-              public=False, hint=_HINT),
+              compare=_compare_entries, public=False, hint=_HINT),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),
