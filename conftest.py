@@ -19,3 +19,23 @@ def pytest_xdist_make_scheduler(config, log):
             return "the built sites" if Path(path).name in SITE_FILES else path
 
     return FilesAndBuiltSites(config, log)
+
+
+def _unit_rank(item) -> int:
+    """Longest units first, so that neither worker is left with a long unit at the end: the built
+    sites (both editions built, then read), then the solution notebooks, then everything else."""
+    path = Path(str(item.fspath))
+    if path.name in SITE_FILES:
+        return 0
+    if path.suffix == ".ipynb":
+        return 1
+    return 2
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getvalue("dist") != "loadfile":
+        return
+    # xdist hands out the units in the order of the collection when --no-loadscope-reorder is given
+    # (tasks.py gives it; its default order, by number of tests, would start the sites last). The
+    # sort is stable: the tests of one file keep their order.
+    items.sort(key=_unit_rank)

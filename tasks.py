@@ -156,7 +156,7 @@ def test(extra: list) -> int:
     ensure_node_tools()
     # Two workers (the machine has 2 cores); conftest.py keeps each file, and the built sites, whole.
     chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in extra)
-    workers = [] if chosen else ["-n", "2", "--dist", "loadfile"]
+    workers = [] if chosen else ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
     status = _run([BIN / "python", "-m", "pytest", *workers, *extra], env=_env())
     if status == 5:
         print("tasks.py: pytest collected no tests (exit 5): the suite proves nothing", file=sys.stderr)
