@@ -1,6 +1,8 @@
 """How the suite (tests/, the solution notebooks, the toolkit page) is shared between workers."""
 from pathlib import Path
 
+import pytest
+
 # `python3 tasks.py test` runs two pytest-xdist workers with --dist loadfile: each file runs whole
 # on one worker, so a notebook's cells stay in order in one kernel and a module's fixtures are made
 # once. The files that read the built sites form one unit, so that both editions are built once per
@@ -8,6 +10,7 @@ from pathlib import Path
 SITE_FILES = {"test_book.py", "test_site.py", "test_pdf.py"}
 
 
+@pytest.hookimpl(optionalhook=True)   # pytest -p no:xdist still runs
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None  # any other mode: xdist's own scheduler
@@ -33,7 +36,7 @@ def _unit_rank(item) -> int:
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getvalue("dist") != "loadfile":
+    if getattr(config.option, "dist", "no") != "loadfile":
         return
     # xdist hands out the units in the order of the collection when --no-loadscope-reorder is given
     # (tasks.py gives it; its default order, by number of tests, would start the sites last). The

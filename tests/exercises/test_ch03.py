@@ -20,10 +20,35 @@ import torch
 from attention_course import functional as F_att
 from attention_course.registry import all_exercises
 
-from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, passes_everywhere
+from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
 
 
 # ------------------------------------------------------------- ch03_ex1: masked_softmax
+
+def test_ch03_ex1_lengths_without_a_new_axis_get_the_new_axis_hint():
+    """Issue 28: comparing torch.arange(num_keys) with the lengths without a trailing axis is a
+    shape error (or a wrong mask when num_queries == num_keys); the feedback names the input
+    shapes and the hint names the missing axis, on every value check that fails."""
+    def lengths_without_new_axis(scores, valid_lens):
+        if valid_lens is None:
+            return torch.softmax(scores, dim=-1)
+        if valid_lens.shape not in {scores.shape[:1], scores.shape[:2]}:
+            raise ValueError(f"valid_lens of shape {tuple(valid_lens.shape)} does not fit scores of shape "
+                             f"{tuple(scores.shape)}")
+        if valid_lens.dim() == 1:
+            valid_lens = valid_lens.unsqueeze(1).repeat(1, scores.shape[1])
+        keep = torch.arange(scores.shape[2]) < valid_lens
+        weights = torch.softmax(torch.where(keep, scores, float("-inf")), dim=-1)
+        return torch.nan_to_num(weights, nan=0.0)
+
+    hint = mistake_hint("ch03_ex1", "no new axis for the lengths")
+    assert "valid_lens[..., None]" in hint
+    failed = failed_checks("ch03_ex1", lengths_without_new_axis)
+    value_checks = [r for r in failed if "raise" not in r.check]  # messages are worded freely
+    assert len(value_checks) >= 2 and all(r.hint == hint for r in value_checks), \
+        [(r.check, r.hint) for r in failed]
+    assert all("scores of shape" in r.reason for r in value_checks), [r.reason for r in value_checks]
+
 
 def test_ch03_ex1_float64_check_names_the_empty_row_too():
     """An answer that keeps float64 but lets a row of valid length 0 see its first key fails the hidden

@@ -330,3 +330,26 @@ def test_ch04_check_hints_describe_rather_than_blame(exercise):
     for check in exercise.checks:
         for words in BLAMING:
             assert words not in check.hint.lower(), (exercise.label, check.name, words)
+
+
+def test_ch04_ex9_b_from_the_symmetric_part_is_named():
+    def symmetric_b(A):
+        B = torch.zeros_like(A)
+        for i in range(0, A.shape[-1], 2):
+            a = (A[..., i, i] + A[..., i + 1, i + 1]) / 2
+            b = (A[..., i, i + 1] + A[..., i + 1, i]) / 2       # should be the difference
+            B[..., i, i], B[..., i + 1, i + 1], B[..., i, i + 1], B[..., i + 1, i] = a, a, b, -b
+        return B
+
+    assert_mistake("ch04_ex9", symmetric_b, "b from the symmetric part")
+
+
+def test_ch04_ex9_single_entries_are_named():
+    def copied(A):
+        B = torch.zeros_like(A)
+        for i in range(0, A.shape[-1], 2):
+            a, b = A[..., i, i].clone(), A[..., i, i + 1].clone()
+            B[..., i, i], B[..., i + 1, i + 1], B[..., i, i + 1], B[..., i + 1, i] = a, a, b, -b
+        return B
+
+    assert_mistake("ch04_ex9", copied, "a and b copied from single entries")

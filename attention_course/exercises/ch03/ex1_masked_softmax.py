@@ -174,6 +174,22 @@ def _ms_in_place(scores, valid_lens):
     return _zeros_like_where(mask, torch.softmax(scores, dim=-1))
 
 
+@mistakes.keep("no new axis for the lengths",
+               "the lengths were compared with the key positions without a new axis: torch.arange(num_keys) "
+               "has shape (num_keys,) and the lengths (batch, num_queries), so broadcasting lines the keys "
+               "up with the queries (an error when their sizes differ, a wrong mask when they agree); give "
+               "the lengths a trailing axis of size 1 (valid_lens[..., None]) so that the mask has shape "
+               "(batch, num_queries, num_keys).")
+def _ms_lengths_without_new_axis(scores, valid_lens):
+    if valid_lens is None:
+        return torch.softmax(scores, dim=-1)
+    _validate_lens(scores, valid_lens)
+    lens = valid_lens if valid_lens.dim() == 2 else valid_lens[:, None].expand(-1, scores.shape[1])
+    mask = torch.arange(scores.shape[-1]) < lens                # (batch, num_queries) meets (num_keys,)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.where(mask, weights, torch.zeros((), dtype=weights.dtype))
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 

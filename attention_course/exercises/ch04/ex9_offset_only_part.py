@@ -258,6 +258,32 @@ def _oop_a_one_entry(A):
     return B
 
 
+@mistakes.keep("b from the symmetric part",
+               "the off-diagonal entries of your blocks average A's two off-diagonal entries of the pair; an "
+               "offset-only block has opposite entries there, [[a, b], [-b, a]], so the closest b is half of "
+               "the upper one minus the lower one, and a symmetric block of A has no offset-only part off the "
+               "diagonal.")
+def _oop_b_symmetric(A):
+    B = offset_only_part(A)
+    first = torch.arange(0, A.shape[-1], 2)
+    b = (A[..., first, first + 1] + A[..., first + 1, first]) / 2
+    B[..., first, first + 1], B[..., first + 1, first] = b, -b
+    return B
+
+
+@mistakes.keep("a and b copied from single entries",
+               "your blocks copy a from the block's upper-left entry of A and b from its upper-right entry; "
+               "the closest block weighs the two diagonal entries equally for a and the two off-diagonal "
+               "entries (the lower one negated) equally for b.")
+def _oop_single_entries(A):
+    B = torch.zeros_like(A)
+    first = torch.arange(0, A.shape[-1], 2)
+    a, b = A[..., first, first], A[..., first, first + 1]
+    B[..., first, first], B[..., first + 1, first + 1] = a, a
+    B[..., first, first + 1], B[..., first + 1, first] = b, -b
+    return B
+
+
 @mistakes.keep("sums instead of means",
                "every entry of your blocks is twice the closest value: a sum of the two entries of A where "
                "their average belongs, so an offset-only A comes back doubled.")
@@ -370,7 +396,7 @@ register(Exercise(
               hint="this check computes the chapter's sinusoidal table and the positional score PE_m B PE_(m+k) "
                    "at several starting positions m for k = 5, -5 and 1, then compares B with the expected "
                    "matrix."),
-        Check("A - B is orthogonal to every offset-only matrix (leading axis, float64)", _remainder_calls,
+        Check("A - B is orthogonal to every offset-only matrix ((2, 12, 12) float32 and 10 x 10 float64)", _remainder_calls,
               seed=3, compare=_property_compare(_remainder_orthogonal),
               hint="this check takes the sum of the entry-wise products of A - B with each matrix I_i (identity "
                    "on pair i) and J_i (rotation by 90 degrees on pair i), for a (2, 12, 12) float32 A and a "
