@@ -455,3 +455,19 @@ def test_ch06_ex3_layer_mask_given_unchanged_to_sdpa_gets_its_hint():
     """Issue 26: SDPA reads a boolean attn_mask as True = may attend, the opposite of the buffer."""
     assert_mistake("ch06_ex3", _SDPAWithLayerMask,
                    "the layer's mask passed unchanged to F.scaled_dot_product_attention")
+
+
+def test_ch06_ex5_the_course_mask_passed_to_sdpa_unchanged_is_named():
+    """Issue 26 (item 6): SDPA's boolean attn_mask keeps the keys marked True, the course's masks
+    hide them; an answer that hands its mask over unchanged gets the hint that says so."""
+    import torch.nn.functional as F
+
+    def sdpa_with_course_mask(queries, keys, values, mask):
+        if mask.shape != (queries.shape[1], queries.shape[2], keys.shape[2]):
+            raise ValueError(f"mask has shape {tuple(mask.shape)}")
+        scores = (queries @ keys.transpose(-2, -1)) / queries.shape[-1] ** 0.5
+        weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1).nan_to_num(0.0)
+        return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask), weights
+
+    assert_mistake("ch06_ex5", sdpa_with_course_mask,
+                   "the course's mask passed unchanged to F.scaled_dot_product_attention")

@@ -159,6 +159,19 @@ def _pm_values_scaled(queries, keys, values, mask):
     return weights @ values, weights
 
 
+@mistakes.keep("the course's mask passed unchanged to F.scaled_dot_product_attention",
+               "your weights are right but your output is not: F.scaled_dot_product_attention's boolean "
+               "attn_mask marks with True the keys that take part, the opposite of this course's masks (True = "
+               "hidden), so each query attended to exactly the keys it must not see; pass ~mask, or compute "
+               "the output as weights @ values.")
+def _pm_sdpa_mask_unchanged(queries, keys, values, mask):
+    expected = (queries.shape[1], queries.shape[2], keys.shape[2])
+    if tuple(mask.shape) != expected:
+        raise ValueError(f"mask must have shape {expected}, got mask of shape {tuple(mask.shape)}")
+    weights = _pm_reference_weights(queries @ keys.transpose(-2, -1), queries.shape[-1], mask)
+    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask), weights
+
+
 mistakes.add("head 0's mask for every head",
              "every head used the mask of head 0; head h must hide the keys that mask[h] marks, so index "
              "the mask per head (or broadcast the whole (num_heads, num_queries, num_keys) mask).",
