@@ -2,7 +2,8 @@
 
 ch03_ex1  masked_softmax(scores, valid_lens)
 ch03_ex2  scaled_dot_product_attention(queries, keys, values, valid_lens=None) -> (output, weights)
-ch03_ex3  AdditiveAttention(query_size, key_size, num_hiddens)  (an nn.Module)
+ch03_ex3  AdditiveAttention(query_size, key_size, num_hiddens)  (an nn.Module; the chapter's printed
+          formula as a module: RETYPE, a 1-point warm-up)
 ch03_ex4  attention_shapes(queries_shape, keys_shape, values_shape, num_hiddens) -> dict of shapes
 ch03_ex5  BilinearAttention(query_size, key_size)  (an nn.Module): the "general" score q^T W k
 ch03_ex6  unit_variance_scale(query_var, key_var): the scale that gives scores variance 1 when the

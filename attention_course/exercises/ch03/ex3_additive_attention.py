@@ -233,7 +233,7 @@ class _AddAltExpand(nn.Module):
 
 register(Exercise(
     label="ch03_ex3", title="Additive attention as a module", name="AdditiveAttention",
-    reference=F_att.AdditiveAttention, kind="class", points=2,
+    reference=F_att.AdditiveAttention, kind="class", points=1,
     checks=[
         Check("parameters W_q, W_k, w_v with the right shapes and no biases", _add_params, seed=0,
               compare=same_parameters,

@@ -3,6 +3,7 @@
 ch06_ex1  split_heads(x, num_heads)    (batch, tokens, d_out) -> (batch, heads, tokens, head_dim)
 ch06_ex2  merge_heads(x)                (batch, heads, tokens, head_dim) -> (batch, tokens, d_out)
 ch06_ex3  MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
+          (assembles the chapter's printed layer from ex1 and ex2: RETYPE, 2 points)
 ch06_ex4  fuse_head_weights(query_weights, key_weights, value_weights) -> in_proj_weight
 ch06_ex5  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
 ch06_ex6  attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias) -> dict of ints:

@@ -462,7 +462,7 @@ alternatives.add("the course library's multihead.SDPAMultiHeadAttention",
 
 register(Exercise(
     label="ch06_ex3", title="The efficient multi-head attention layer", name="MultiHeadAttention",
-    reference=MultiHeadAttention, points=3, kind="class",
+    reference=MultiHeadAttention, points=2, kind="class",
     checks=[
         Check("3 heads of 2 (d_in=4, d_out=6), 2 sequences of 5 tokens, eval mode (parameters, buffer)",
               _mha_main_calls, hint=_MHA_HINT),
