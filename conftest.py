@@ -35,8 +35,15 @@ def _unit_rank(item) -> int:
     return 2
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    # A worker's own config says dist="no"; tell it the controller's mode.
+    node.workerinput["course_dist"] = node.config.getvalue("dist")
+
+
 def pytest_collection_modifyitems(config, items):
-    if getattr(config.option, "dist", "no") != "loadfile":
+    dist = getattr(config, "workerinput", {}).get("course_dist", getattr(config.option, "dist", "no"))
+    if dist != "loadfile":
         return
     # xdist hands out the units in the order of the collection when --no-loadscope-reorder is given
     # (tasks.py gives it; its default order, by number of tests, would start the sites last). The
