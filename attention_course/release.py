@@ -32,7 +32,8 @@ Two forms of the student notebook come out of one solution notebook:
   ``### Exercise M (chNN_exM): Title`` followed by its contract; citations become
   "(Bahdanau et al., 2014)" / "Bahdanau et al. (2014)" from ``references.bib``, and
   ``{footbibliography}`` the list of the works cited; admonitions become block
-  quotes, ``{math}`` becomes ``$$``, cross-references become plain text. Prose
+  quotes, ``{math}`` becomes ``$$``, cross-references become plain text, except those to the
+  tensor toolkit, which become links to ``../toolkit.ipynb`` and its headings. Prose
   without MyST markup is copied verbatim. Before the setup cell comes an **install
   cell** that installs the course package when ``import attention_course`` fails
   (from ``$ATTENTION_COURSE_SOURCE`` when set, otherwise from the repository named
@@ -44,6 +45,7 @@ Two forms of the student notebook come out of one solution notebook:
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -381,13 +383,51 @@ def _keys(content: str) -> list:
     return [k.strip() for k in content.split(",") if k.strip()]
 
 
+TOOLKIT = "toolkit.ipynb"   # at the root of the course and of a student release, beside chapters/
+
+
+@functools.lru_cache(maxsize=1)
+def _toolkit_anchors() -> dict:
+    """``toolkit-…`` target -> the anchor a notebook client gives the heading after it (JupyterLab
+    and Jupyter Notebook: the heading's text with spaces turned into hyphens)."""
+    path = Path(__file__).resolve().parents[1] / TOOLKIT
+    anchors: dict = {}
+    try:
+        cells = nbformat.read(str(path), as_version=4).cells
+    except (OSError, ValueError):
+        return anchors
+    for cell in cells:
+        if cell.cell_type != "markdown":
+            continue
+        lines = _src(cell).split("\n")
+        for line, following in zip(lines, lines[1:]):
+            target = _TARGET_RE.match(line)
+            heading = _HEADING_RE.match(following)
+            if target and heading:
+                title = following[len(heading.group("hashes")):].strip().replace("`", "")
+                anchors[target.group(1)] = title.replace(" ", "-")
+    return anchors
+
+
+def _toolkit_link(name: str, text: str, target: str) -> Optional[str]:
+    """A reference to the tensor toolkit becomes a Markdown link to its notebook, which sits one
+    folder up from the student notebooks (in the course and in a student release alike)."""
+    if name == "doc" and target.strip("/") == "toolkit":
+        return f"[{text}](../{TOOLKIT})"
+    if name == "ref" and target.startswith("toolkit-"):
+        anchor = _toolkit_anchors().get(target)
+        return f"[{text}](../{TOOLKIT}#{anchor})" if anchor else f"[{text}](../{TOOLKIT})"
+    return None
+
+
 def _role(name: str, content: str, ctx: _Context) -> str:
     if name in _PAREN_CITES or name in _TEXT_CITES:
         return ctx.bib.cite(_keys(content), name in _TEXT_CITES, ctx.where)
     explicit = re.match(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", content, re.S)
     if name in ("ref", "numref", "doc", "any", "term", "download", "prf:ref"):
         if explicit:
-            return explicit.group("text")
+            link = _toolkit_link(name, explicit.group("text"), explicit.group("target"))
+            return link or explicit.group("text")
         label = _LABEL_RE.match(content)
         if label:
             number = int(label.group(2))

@@ -181,3 +181,20 @@ def test_a_reference_to_an_exercise_never_shows_the_word_twice(path):
     doubled = [m.group(0) for cell in _markdown_cells(path)
                for m in re.finditer(r"\bexercises?\s+exercise\b", cell, re.IGNORECASE)]
     assert not doubled, doubled
+
+
+def test_toolkit_references_are_links_to_headings_that_exist():
+    """Issue 28: a learner in Jupyter found the toolkit references as orphaned words. In the
+    portable notebooks they are links to ../toolkit.ipynb, and each anchor is the id a notebook
+    client gives one of the toolkit's headings (its text, spaces as hyphens)."""
+    toolkit = nbformat.read(str(ROOT / "toolkit.ipynb"), as_version=4)
+    headings = {line.lstrip("#").strip().replace("`", "").replace(" ", "-")
+                for cell in toolkit.cells if cell.cell_type == "markdown"
+                for line in _text(cell).split("\n") if line.startswith("#")}
+    links = [(path.name, m.group(1)) for path in STUDENT for text in _markdown_cells(path)
+             for m in re.finditer(r"\]\(\.\./toolkit\.ipynb(#[^)]*)?\)", text)]
+    chapters = {name for name, _ in links}
+    assert {p.name for p in STUDENT[:4]} <= chapters, chapters   # chapters 1-4 all link to it
+    for name, anchor in links:
+        assert anchor is None or anchor[1:] in headings, (name, anchor, sorted(headings))
+    assert (ROOT / "chapters" / ".." / "toolkit.ipynb").exists()
