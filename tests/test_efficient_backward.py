@@ -3,7 +3,9 @@ its gradients are those of softmax attention, and its backward pass keeps O(n) t
 the O(n²) tiles that autograd keeps for the plain tiled loop. Expected gradients come from
 autograd through a float64 definition written here and from F.scaled_dot_product_attention,
 not from the code under test. No timing is asserted."""
+import csv
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -161,3 +163,22 @@ def test_is_not_twice_differentiable():
     (d_q,) = torch.autograd.grad(out.sum(), q, create_graph=True)
     with pytest.raises(RuntimeError):
         d_q.sum().backward()
+
+
+def test_shipped_training_table_meets_the_memory_and_accuracy_targets():
+    root = Path(__file__).resolve().parents[1]
+    lines = (root / "bench" / "efficient_training.csv").read_text(encoding="utf-8").splitlines()
+    rows = {(int(r["tokens"]), r["variant"]): r
+            for r in csv.DictReader(line for line in lines if not line.startswith("#"))}
+    assert {n for n, _ in rows} == {1024, 2048, 4096, 8192}
+
+    def peak(n, variant):
+        return int(rows[(n, variant)]["peak_bytes"])
+
+    assert peak(4096, "recompute") * 10 <= peak(4096, "naive")
+    assert peak(8192, "tiled") * 2 >= peak(8192, "naive")              # the plain loop under autograd: no saving
+    assert peak(8192, "recompute") / peak(1024, "recompute") < 10      # 8x the length: about linear
+    for n in (1024, 2048, 4096, 8192):
+        assert float(rows[(n, "recompute")]["max_abs_err_vs_sdpa"]) <= 1e-5
+        assert float(rows[(n, "recompute")]["max_abs_grad_err_vs_sdpa"]) <= 1e-5
+        assert int(rows[(n, "recompute")]["saved_bytes"]) == 4 * (4 * 64 * n + n)   # Q, K, V, O and L
