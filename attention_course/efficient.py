@@ -187,9 +187,9 @@ class TiledAttentionFunction(torch.autograd.Function):
                     s = s.masked_fill(_causal_mask(q0, q1, k0, k1, s.device), float("-inf"))
                 m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
                 p = torch.exp(s - m_new)
-                rescale = torch.exp(m - m_new)
-                l = l * rescale + p.sum(dim=-1, keepdim=True)
-                acc = acc * rescale + p @ values[..., k0:k1, :]
+                shrink = torch.exp(m - m_new)
+                l = shrink * l + p.sum(dim=-1, keepdim=True)
+                acc = shrink * acc + p @ values[..., k0:k1, :]
                 m = m_new
             out[..., q0:q1, :] = acc / l
             # m and l are all the backward pass needs to rebuild any probability, and
