@@ -263,6 +263,9 @@ def tiled_attention_trainable(queries: torch.Tensor, keys: torch.Tensor, values:
     if not queries.dtype == keys.dtype == values.dtype:
         raise ValueError(f"queries, keys and values need one dtype, got {queries.dtype}, {keys.dtype} "
                          f"and {values.dtype}")
+    if not queries.device == keys.device == values.device:
+        raise ValueError(f"queries, keys and values need one device, got {queries.device}, {keys.device} "
+                         f"and {values.device}")
     try:
         torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
     except RuntimeError:
