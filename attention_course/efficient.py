@@ -6,9 +6,17 @@ What the chapter and ``bench/efficient.py`` share:
   ``(num_queries, num_keys)`` score matrix (and the weights), as in Chapters 3-6.
 * :func:`tiled_attention` -- the same function computed tile by tile: queries in blocks
   of ``block_q``, keys and values in blocks of ``block_k``, with the online softmax (a
-  running maximum, a rescaled running sum and a rescaled running output per query). It
-  never holds more than one ``(block_q, block_k)`` tile of scores. ``causal=True`` (self-
-  attention, as many queries as keys) skips the tiles that lie wholly above the diagonal.
+  running maximum, a rescaled running sum and a rescaled running output per query). In
+  inference (no input requires a gradient, or under ``torch.no_grad()``) it never holds
+  more than one ``(block_q, block_k)`` tile of scores. Under autograd it does: every tile's
+  intermediates are kept for the backward pass, so its training memory grows with the
+  square of the sequence like the naive version's. ``causal=True`` (self-attention, as
+  many queries as keys) skips the tiles that lie wholly above the diagonal.
+* :func:`tiled_attention_trainable` (:class:`TiledAttentionFunction`) -- the same forward
+  loop as a ``torch.autograd.Function`` whose backward pass recomputes each tile instead
+  of keeping it, as FlashAttention does (Dao et al. 2022, section 3.1; Dao 2023): it saves
+  only the queries, keys, values, the output and one log-sum-exp per query, so forward
+  plus backward needs memory linear in the sequence length.
 * :func:`causal_tile_map` -- which tiles the causal version computes (for the figure).
 * :func:`peak_memory` -- the most bytes alive at once in PyTorch's CPU allocator while a
   function runs, read from ``torch.profiler`` (``profile_memory=True``). CPU tensors have
@@ -47,7 +55,8 @@ from torch import nn
 
 from . import multihead as mh
 
-__all__ = ["naive_attention", "tiled_attention", "causal_tile_map", "peak_memory",
+__all__ = ["naive_attention", "tiled_attention", "TiledAttentionFunction", "tiled_attention_trainable",
+           "causal_tile_map", "peak_memory",
            "KVCache", "cached_self_attention", "TinyCausalLM", "generate"]
 
 
@@ -91,11 +100,14 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     and output are multiplied by ``exp(m - m_new)`` first. The answer is ``acc / l``.
     ``causal=True`` (as many queries as keys) skips every tile whose first key comes after
     the block's last query, and masks inside the tiles that straddle the diagonal.
+
+    Only one tile exists at a time in inference. When an input requires a gradient,
+    autograd keeps every tile's scores and exponentials for the backward pass, so the
+    memory of forward plus backward grows with ``num_queries * num_keys``; use
+    :func:`tiled_attention_trainable` to train.
     """
     _check_qkv(queries, keys, values)
-    for name, size in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"{name} must be a positive integer, got {name}={size!r}")
+    _check_blocks(block_q, block_k)
     n_q, n_k = queries.shape[-2], keys.shape[-2]
     if causal and n_q != n_k:
         raise ValueError(f"causal=True needs as many queries as keys, got {n_q} and {n_k}")
@@ -123,6 +135,149 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
             m = m_new
         out[..., q0:q1, :] = acc / l
     return out
+
+
+def _check_blocks(block_q, block_k):
+    for name, size in (("block_q", block_q), ("block_k", block_k)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"{name} must be a positive integer, got {name}={size!r}")
+
+
+def _causal_mask(q0: int, q1: int, k0: int, k1: int, device) -> torch.Tensor:
+    rows = torch.arange(q0, q1, device=device)[:, None]
+    cols = torch.arange(k0, k1, device=device)[None, :]
+    return cols > rows
+
+
+class TiledAttentionFunction(torch.autograd.Function):
+    """Tiled softmax attention whose backward pass recomputes the tiles (FlashAttention).
+
+    ``TiledAttentionFunction.apply(queries, keys, values, block_q, block_k, causal)``; call
+    it through :func:`tiled_attention_trainable`, which checks the arguments.
+
+    Forward: the loop of :func:`tiled_attention` (query blocks outside, key blocks inside,
+    the loop order of FlashAttention-2). Besides the output ``O`` it produces, per query,
+    the log-sum-exp of its scaled scores ``L = m + log(l)``. It saves only ``Q, K, V, O, L``.
+
+    Backward, given ``dO``: with ``D = rowsum(dO * O)`` (one number per query), it walks the
+    tiles again (key blocks outside, query blocks inside) and for each tile recomputes the
+    scores ``S`` and the probabilities ``P = exp(S - L)``, then
+    ``dV += P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - D)``, ``dQ += dS K / sqrt(d)``,
+    ``dK += dS^T Q / sqrt(d)``. At most one tile of ``S``, ``P``, ``dP`` and ``dS`` exists
+    at a time. Not twice differentiable.
+    """
+
+    @staticmethod
+    def forward(ctx, queries, keys, values, block_q, block_k, causal):
+        n_q, n_k = queries.shape[-2], keys.shape[-2]
+        scale = 1.0 / math.sqrt(queries.shape[-1])
+        lead = torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
+        out = queries.new_empty(*lead, n_q, values.shape[-1])
+        lse = queries.new_empty(*lead, n_q)
+        for q0 in range(0, n_q, block_q):
+            q1 = min(q0 + block_q, n_q)
+            q_blk = queries[..., q0:q1, :] * scale
+            m = q_blk.new_full((*lead, q1 - q0, 1), float("-inf"))
+            l = q_blk.new_zeros((*lead, q1 - q0, 1))
+            acc = q_blk.new_zeros((*lead, q1 - q0, values.shape[-1]))
+            for k0 in range(0, q1 if causal else n_k, block_k):
+                k1 = min(k0 + block_k, n_k)
+                s = q_blk @ keys[..., k0:k1, :].transpose(-2, -1)
+                if causal and k1 - 1 > q0:
+                    s = s.masked_fill(_causal_mask(q0, q1, k0, k1, s.device), float("-inf"))
+                m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+                p = torch.exp(s - m_new)
+                shrink = torch.exp(m - m_new)
+                l = shrink * l + p.sum(dim=-1, keepdim=True)
+                acc = shrink * acc + p @ values[..., k0:k1, :]
+                m = m_new
+            out[..., q0:q1, :] = acc / l
+            # m and l are all the backward pass needs to rebuild any probability, and
+            # m + log(l) carries both in one number per query (FlashAttention-2).
+            lse[..., q0:q1] = (m + torch.log(l)).squeeze(-1)
+        ctx.save_for_backward(queries, keys, values, out, lse)
+        ctx.blocks = (block_q, block_k, causal)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        queries, keys, values, out, lse = ctx.saved_tensors
+        block_q, block_k, causal = ctx.blocks
+        n_q, n_k = queries.shape[-2], keys.shape[-2]
+        scale = 1.0 / math.sqrt(queries.shape[-1])
+        lead = out.shape[:-2]
+        # D_i = sum_j P_ij dP_ij, the softmax's correction term, equals dO_i . O_i because
+        # O_i = sum_j P_ij v_j: one number per query instead of a pass over its whole row.
+        delta = (grad_out * out).sum(dim=-1, keepdim=True)
+        lse = lse.unsqueeze(-1)
+        # The gradients take the broadcast leading shape first and are summed back to each
+        # input's shape at the end, as autograd does for a broadcasting matmul.
+        d_q = queries.new_zeros(*lead, n_q, queries.shape[-1])
+        d_k = keys.new_zeros(*lead, n_k, keys.shape[-1])
+        d_v = values.new_zeros(*lead, n_k, values.shape[-1])
+        for k0 in range(0, n_k, block_k):
+            k1 = min(k0 + block_k, n_k)
+            k_blk, v_blk = keys[..., k0:k1, :], values[..., k0:k1, :]
+            # Causal: a key block is seen only by queries at or after its first key, so the
+            # query blocks that end before k0 are skipped, as in the forward pass.
+            first = (k0 // block_q) * block_q if causal else 0
+            for q0 in range(first, n_q, block_q):
+                q1 = min(q0 + block_q, n_q)
+                q_blk = queries[..., q0:q1, :]
+                s = (q_blk * scale) @ k_blk.transpose(-2, -1)
+                if causal and k1 - 1 > q0:
+                    s = s.masked_fill(_causal_mask(q0, q1, k0, k1, s.device), float("-inf"))
+                # Recomputed, not stored: exp(S - L) is exactly the softmax of the forward
+                # pass (masked scores give exp(-inf) = 0).
+                p = torch.exp(s - lse[..., q0:q1, :])
+                d_o = grad_out[..., q0:q1, :]
+                d_v[..., k0:k1, :] += p.transpose(-2, -1) @ d_o
+                d_s = p * (d_o @ v_blk.transpose(-2, -1) - delta[..., q0:q1, :])
+                d_q[..., q0:q1, :] += (d_s @ k_blk) * scale
+                d_k[..., k0:k1, :] += (d_s.transpose(-2, -1) @ q_blk) * scale
+        grads = (d_q.sum_to_size(queries.shape), d_k.sum_to_size(keys.shape), d_v.sum_to_size(values.shape))
+        return tuple(g if needed else None for g, needed in zip(grads, ctx.needs_input_grad[:3])) + (None,) * 3
+
+
+def tiled_attention_trainable(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                              block_q: int = 128, block_k: int = 128, causal: bool = False) -> torch.Tensor:
+    """:func:`tiled_attention` for training: the same output, and a backward pass that
+    recomputes each tile's probabilities from the saved log-sum-exps instead of keeping
+    the tiles (:class:`TiledAttentionFunction`).
+
+    ``queries`` ``(..., num_queries, d)``, ``keys`` ``(..., num_keys, d)``, ``values``
+    ``(..., num_keys, d_v)``, floating point, one dtype and device; leading axes broadcast
+    as in ``torch.matmul``. Forward plus backward keeps ``Q, K, V``, the output and one
+    number per query, never a ``(num_queries, num_keys)`` tensor. Raises ``ValueError``
+    naming the argument for bad shapes, dtypes or block sizes.
+    """
+    _check_qkv(queries, keys, values)
+    _check_blocks(block_q, block_k)
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be True or False, got causal={causal!r}")
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype} "
+                             f"(shape {tuple(t.shape)})")
+    if not queries.dtype == keys.dtype == values.dtype:
+        raise ValueError(f"queries, keys and values need one dtype, got {queries.dtype}, {keys.dtype} "
+                         f"and {values.dtype}")
+    if not queries.device == keys.device == values.device:
+        raise ValueError(f"queries, keys and values need one device, got {queries.device}, {keys.device} "
+                         f"and {values.device}")
+    try:
+        torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the leading axes of queries {tuple(queries.shape)}, keys {tuple(keys.shape)} "
+                         f"and values {tuple(values.shape)} do not broadcast") from None
+    n_q, n_k = queries.shape[-2], keys.shape[-2]
+    if n_k == 0:
+        raise ValueError(f"keys must hold at least one token, got keys of shape {tuple(keys.shape)}")
+    if causal and n_q != n_k:
+        raise ValueError(f"causal=True needs as many queries as keys, got queries {tuple(queries.shape)} "
+                         f"and keys {tuple(keys.shape)}")
+    return TiledAttentionFunction.apply(queries, keys, values, block_q, block_k, causal)
 
 
 def causal_tile_map(num_tokens: int, block: int) -> torch.Tensor:

@@ -2,9 +2,23 @@
 """Chapter 9's measurements: tiled attention's memory and the key-value cache's speed.
 
     .venv/bin/python bench/efficient.py            # measure and print the tables and targets
-    .venv/bin/python bench/efficient.py --save     # also write bench/efficient_memory.csv and
+    .venv/bin/python bench/efficient.py --save     # also write bench/efficient_memory.csv,
+                                                   # bench/efficient_training.csv and
                                                    # bench/efficient_decoding.csv (the chapter reads them)
     .venv/bin/python bench/efficient.py --quick    # small sizes only (a smoke test)
+    .venv/bin/python bench/efficient.py --only training --save   # one part only; --save writes its CSV
+
+**Training memory.** The same head, forward plus backward: each variant's output is
+differentiated with respect to queries, keys and values (``torch.autograd.grad`` with one
+fixed random output gradient), lengths 1024 ... 8192. ``naive`` and ``sdpa`` as above,
+``tiled`` is the same tiled loop under autograd (which keeps every tile for the backward
+pass), ``recompute`` is :func:`attention_course.efficient.tiled_attention_trainable` (the
+backward pass recomputes each tile from the saved log-sum-exps, as FlashAttention does).
+Peak memory as above (inputs excluded; the output and the three gradients included);
+``saved_bytes`` is what autograd keeps between forward and backward (every tensor packed
+for the backward pass, counted with ``torch.autograd.graph.saved_tensors_hooks``; the
+inputs count too). The errors are the largest absolute differences from SDPA's output and
+gradients. Written to ``bench/efficient_training.csv``.
 
 **Memory.** One head of 64 features, batch 1, random queries, keys and values, sequence
 lengths 256 ... 8192; every variant gets the same tensors. ``naive`` forms the
@@ -51,6 +65,10 @@ LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 QUICK_LENGTHS = [256, 1024]
 MEMORY_CSV = ROOT / "bench" / "efficient_memory.csv"
 DECODING_CSV = ROOT / "bench" / "efficient_decoding.csv"
+TRAINING_CSV = ROOT / "bench" / "efficient_training.csv"
+TRAINING_LENGTHS = [1024, 2048, 4096, 8192]
+QUICK_TRAINING_LENGTHS = [256, 1024]
+PARTS = ("memory", "decoding", "training")
 MODEL = dict(vocab_size=256, d_model=128, num_heads=4, num_layers=4)
 PROMPT, GENERATED = 8, 512
 CHECKPOINTS = [32, 64, 128, 256, 512]
@@ -111,6 +129,69 @@ def causal_tiles(n: int) -> tuple:
     return int((grid > 0).sum()), grid.numel()
 
 
+# ---------------------------------------------------------------- training memory
+
+def saved_bytes(fn) -> int:
+    """Bytes of every tensor autograd packs for the backward pass while ``fn()`` runs."""
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+def training_sweep(lengths: list) -> list:
+    rows = []
+    for n in lengths:
+        g = torch.Generator().manual_seed(n)
+        q, k, v = (torch.randn(1, 1, n, HEAD_DIM, generator=g).requires_grad_() for _ in range(3))
+        d_out = torch.randn(1, 1, n, HEAD_DIM, generator=g)
+        forwards = {
+            "naive": lambda: eff.naive_attention(q, k, v),
+            "tiled": lambda: eff.tiled_attention(q, k, v, BLOCK, BLOCK),
+            "recompute": lambda: eff.tiled_attention_trainable(q, k, v, BLOCK, BLOCK),
+            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+        }
+
+        def step(forward):
+            out = forward()
+            return (out.detach(),) + torch.autograd.grad(out, (q, k, v), d_out)
+
+        reference, _ = eff.peak_memory(lambda: step(forwards["sdpa"]))
+        for name, forward in forwards.items():
+            results, peak = eff.peak_memory(lambda: step(forward))
+            err = (results[0] - reference[0]).abs().max().item()
+            grad_err = max((a - b).abs().max().item() for a, b in zip(results[1:], reference[1:]))
+            del results
+            saved = saved_bytes(forward)
+            ms = best_ms(lambda: step(forward), runs=2)
+            rows.append(dict(tokens=n, variant=name, peak_bytes=peak, saved_bytes=saved,
+                             max_abs_err_vs_sdpa=err, max_abs_grad_err_vs_sdpa=grad_err, ms=ms))
+        print(f"  {n:>5} tokens training done", file=sys.stderr)
+    return rows
+
+
+def print_training(rows: list) -> None:
+    by = {(r["tokens"], r["variant"]): r for r in rows}
+    names = ("naive", "tiled", "recompute", "sdpa")
+    print(f"{'tokens':>6} | " + " ".join(f"{name + ' MB':>12}" for name in names) + " | "
+          f"{'recompute/naive':>15} | " + " ".join(f"{'saved ' + name:>15}" for name in names))
+    for n in sorted({r["tokens"] for r in rows}):
+        peaks = [by[(n, name)]["peak_bytes"] for name in names]
+        saved = [by[(n, name)]["saved_bytes"] for name in names]
+        print(f"{n:>6} | " + " ".join(f"{p / 2**20:12.2f}" for p in peaks) + " | "
+              f"{f'1/{peaks[0] / peaks[2]:.0f}':>15} | " + " ".join(f"{b / 2**20:12.2f} MB" for b in saved))
+    print(f"\n{'tokens':>6} {'variant':>10} | {'max |out err|':>13} {'max |grad err|':>14} | {'ms':>8}")
+    for r in rows:
+        print(f"{r['tokens']:>6} {r['variant']:>10} | {r['max_abs_err_vs_sdpa']:13.2e} "
+              f"{r['max_abs_grad_err_vs_sdpa']:14.2e} | {r['ms']:8.1f}")
+
+
 # ---------------------------------------------------------------- decoding
 
 def decoding(generated: int, rounds: int) -> dict:
@@ -153,81 +234,123 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--save", action="store_true", help="write the CSV files the chapter reads")
     parser.add_argument("--quick", action="store_true", help="small sizes only")
+    parser.add_argument("--only", choices=PARTS, action="append",
+                        help="measure only this part (repeatable); --save then writes only its CSV")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    parts = args.only or list(PARTS)
     lengths = QUICK_LENGTHS if args.quick else LENGTHS
+    training_lengths = QUICK_TRAINING_LENGTHS if args.quick else TRAINING_LENGTHS
     generated = 64 if args.quick else GENERATED
+    lines = []                      # the targets, (ok, text)
 
     print(f"{provenance(args.threads)}\n")
-    print(f"== Memory: one head of {HEAD_DIM}, batch 1, tiles of {BLOCK} x {BLOCK}; peak MB = most bytes alive "
-          f"at once in the CPU allocator during the call (torch.profiler)\n")
-    rows = memory_sweep(lengths)
-    print_memory(rows)
-    top = max(lengths)
-    by = {(r["tokens"], r["variant"]): r for r in rows}
-    computed, total = causal_tiles(top)
-    print(f"\ncausal tiling at {top} tokens: {computed} of {total} tiles computed "
-          f"({computed / total:.1%}), {total - computed} skipped above the diagonal")
+    if "memory" in parts:
+        print(f"== Memory: one head of {HEAD_DIM}, batch 1, tiles of {BLOCK} x {BLOCK}; peak MB = most bytes alive "
+              f"at once in the CPU allocator during the call (torch.profiler)\n")
+        rows = memory_sweep(lengths)
+        print_memory(rows)
+        top = max(lengths)
+        by = {(r["tokens"], r["variant"]): r for r in rows}
+        computed, total = causal_tiles(top)
+        print(f"\ncausal tiling at {top} tokens: {computed} of {total} tiles computed "
+              f"({computed / total:.1%}), {total - computed} skipped above the diagonal")
+        naive, tiled = by[(top, "naive")], by[(top, "tiled")]
+        ratio = tiled["peak_bytes"] / naive["peak_bytes"]
+        worst_err = max(by[(top, "tiled")]["max_abs_err_vs_sdpa"], by[(top, "tiled causal")]["max_abs_err_vs_sdpa"])
+        lines += [
+            (ratio <= 0.1, f"tiled peak memory at {top} tokens <= 1/10 of naive: {tiled['peak_bytes'] / 2**20:.2f} MB "
+                           f"vs {naive['peak_bytes'] / 2**20:.2f} MB = 1/{1 / ratio:.0f}"),
+            (worst_err <= 1e-5, f"tiled within 1e-5 of SDPA at {top} tokens: max |err| {worst_err:.2e} "
+                                f"(plain {by[(top, 'tiled')]['max_abs_err_vs_sdpa']:.2e}, "
+                                f"causal {by[(top, 'tiled causal')]['max_abs_err_vs_sdpa']:.2e})"),
+        ]
 
-    print(f"\n== Decoding: TinyCausalLM {MODEL}, prompt {PROMPT} tokens, {generated} generated greedily, "
-          f"fastest of {args.rounds} rounds per step\n")
-    dec = decoding(generated, args.rounds)
-    speedups = cumulative_speedups(dec["steps"], CHECKPOINTS + [generated])
-    print(f"same tokens with and without the cache: {dec['same_tokens']}; last-step logits differ by at most "
-          f"{dec['logit_gap']:.2e}; first generated tokens {dec['tokens']}")
-    print(f"cache after {PROMPT + generated - 1} tokens: {dec['cache_bytes'] / 2**20:.2f} MB")
-    print(f"{'generated':>9} | {'recompute ms':>12} {'cached ms':>10} | {'speed-up':>8}")
-    for n, s in speedups.items():
-        print(f"{n:>9} | {sum(dec['steps'][False][:n]) * 1e3:12.1f} {sum(dec['steps'][True][:n]) * 1e3:10.1f} | "
-              f"{s:7.1f}x")
-    for use_cache in (False, True):
-        per = dec["steps"][use_cache]
-        print(f"{'cached' if use_cache else 'recompute':>9}: ms per token at step 1 {per[0] * 1e3:.2f}, "
-              f"step {generated // 2} {per[generated // 2 - 1] * 1e3:.2f}, step {generated} {per[-1] * 1e3:.2f}; "
-              f"fastest whole run {dec['totals'][use_cache] * 1e3:.0f} ms")
+    if "training" in parts:
+        print(f"\n== Training memory: the same head, forward + backward (gradients of queries, keys and values); "
+              f"peak MB as above, saved = what autograd keeps for the backward pass\n")
+        train_rows = training_sweep(training_lengths)
+        print_training(train_rows)
+        tby = {(r["tokens"], r["variant"]): r for r in train_rows}
+        at = 4096 if 4096 in training_lengths else max(training_lengths)
+        naive_peak, recompute_peak = tby[(at, "naive")]["peak_bytes"], tby[(at, "recompute")]["peak_bytes"]
+        grad_err = max(r["max_abs_grad_err_vs_sdpa"] for r in train_rows if r["variant"] == "recompute")
+        lines += [
+            (recompute_peak * 10 <= naive_peak,
+             f"recomputing tiled attention's training peak at {at} tokens <= 1/10 of naive: "
+             f"{recompute_peak / 2**20:.2f} MB vs {naive_peak / 2**20:.2f} MB = 1/{naive_peak / recompute_peak:.0f} "
+             f"(tiled under autograd {tby[(at, 'tiled')]['peak_bytes'] / 2**20:.2f} MB, "
+             f"sdpa {tby[(at, 'sdpa')]['peak_bytes'] / 2**20:.2f} MB)"),
+            (grad_err <= 1e-5, f"recomputing tiled attention's gradients within 1e-5 of SDPA's at every length: "
+                               f"max |err| {grad_err:.2e}"),
+        ]
 
-    naive, tiled = by[(top, "naive")], by[(top, "tiled")]
-    ratio = tiled["peak_bytes"] / naive["peak_bytes"]
-    worst_err = max(by[(top, "tiled")]["max_abs_err_vs_sdpa"], by[(top, "tiled causal")]["max_abs_err_vs_sdpa"])
-    whole = dec["totals"][False] / dec["totals"][True]
+    if "decoding" in parts:
+        print(f"\n== Decoding: TinyCausalLM {MODEL}, prompt {PROMPT} tokens, {generated} generated greedily, "
+              f"fastest of {args.rounds} rounds per step\n")
+        dec = decoding(generated, args.rounds)
+        speedups = cumulative_speedups(dec["steps"], CHECKPOINTS + [generated])
+        print(f"same tokens with and without the cache: {dec['same_tokens']}; last-step logits differ by at most "
+              f"{dec['logit_gap']:.2e}; first generated tokens {dec['tokens']}")
+        print(f"cache after {PROMPT + generated - 1} tokens: {dec['cache_bytes'] / 2**20:.2f} MB")
+        print(f"{'generated':>9} | {'recompute ms':>12} {'cached ms':>10} | {'speed-up':>8}")
+        for n, sp in speedups.items():
+            print(f"{n:>9} | {sum(dec['steps'][False][:n]) * 1e3:12.1f} {sum(dec['steps'][True][:n]) * 1e3:10.1f} | "
+                  f"{sp:7.1f}x")
+        for use_cache in (False, True):
+            per = dec["steps"][use_cache]
+            print(f"{'cached' if use_cache else 'recompute':>9}: ms per token at step 1 {per[0] * 1e3:.2f}, "
+                  f"step {generated // 2} {per[generated // 2 - 1] * 1e3:.2f}, step {generated} {per[-1] * 1e3:.2f}; "
+                  f"fastest whole run {dec['totals'][use_cache] * 1e3:.0f} ms")
+        whole = dec["totals"][False] / dec["totals"][True]
+        lines.append((speedups[generated] >= 5, f"KV-cache decoding >= 5x faster at {generated} generated tokens: "
+                                                f"{speedups[generated]:.1f}x (summed fastest steps), {whole:.1f}x "
+                                                f"(fastest whole runs)"))
+
     print("\n== Targets (side by side, this run)")
-    lines = [
-        (ratio <= 0.1, f"tiled peak memory at {top} tokens <= 1/10 of naive: {tiled['peak_bytes'] / 2**20:.2f} MB vs "
-                       f"{naive['peak_bytes'] / 2**20:.2f} MB = 1/{1 / ratio:.0f}"),
-        (worst_err <= 1e-5, f"tiled within 1e-5 of SDPA at {top} tokens: max |err| {worst_err:.2e} "
-                            f"(plain {by[(top, 'tiled')]['max_abs_err_vs_sdpa']:.2e}, "
-                            f"causal {by[(top, 'tiled causal')]['max_abs_err_vs_sdpa']:.2e})"),
-        (speedups[generated] >= 5, f"KV-cache decoding >= 5x faster at {generated} generated tokens: "
-                                   f"{speedups[generated]:.1f}x (summed fastest steps), {whole:.1f}x "
-                                   f"(fastest whole runs)"),
-    ]
     for ok, text in lines:
         print(f"{'PASS' if ok else 'FAIL'}  {text}")
-    print(f"(not a target: at {top} tokens tiled takes {tiled['ms']:.0f} ms, naive {naive['ms']:.0f} ms, "
-          f"sdpa {by[(top, 'sdpa')]['ms']:.0f} ms: pure PyTorch tiling saves memory, not time)")
+    if "memory" in parts:
+        print(f"(not a target: at {top} tokens tiled takes {tiled['ms']:.0f} ms, naive {naive['ms']:.0f} ms, "
+              f"sdpa {by[(top, 'sdpa')]['ms']:.0f} ms: pure PyTorch tiling saves memory, not time)")
 
     if args.save:
         stamp = provenance(args.threads)
-        with MEMORY_CSV.open("w", encoding="utf-8") as f:
-            f.write(f"# {stamp}\n# one head of {HEAD_DIM} features, batch 1, tiles of {BLOCK} x {BLOCK}; peak_bytes = "
-                    f"most bytes alive at once in the CPU allocator during the call (torch.profiler), inputs "
-                    f"excluded; ms = fastest of three runs\n")
-            f.write("tokens,variant,peak_bytes,largest_intermediate_bytes,max_abs_err_vs_sdpa,ms\n")
-            for r in rows:
-                f.write(f"{r['tokens']},{r['variant']},{r['peak_bytes']},{r['largest_intermediate_bytes']},"
-                        f"{r['max_abs_err_vs_sdpa']:.3e},{r['ms']:.2f}\n")
-        with DECODING_CSV.open("w", encoding="utf-8") as f:
-            f.write(f"# {stamp}\n# TinyCausalLM {MODEL}, random weights (seed 0), prompt {PROMPT} tokens, greedy; "
-                    f"ms = fastest of {args.rounds} rounds for each step; same tokens both ways: "
-                    f"{dec['same_tokens']}\n")
-            f.write("step,context_tokens,recompute_ms,cached_ms\n")
-            for i, (a, b) in enumerate(zip(dec["steps"][False], dec["steps"][True])):
-                f.write(f"{i + 1},{PROMPT + i},{a * 1e3:.4f},{b * 1e3:.4f}\n")
-        print(f"\nwrote {MEMORY_CSV.relative_to(ROOT)} and {DECODING_CSV.relative_to(ROOT)}")
+        written = []
+        if "memory" in parts:
+            with MEMORY_CSV.open("w", encoding="utf-8") as f:
+                f.write(f"# {stamp}\n# one head of {HEAD_DIM} features, batch 1, tiles of {BLOCK} x {BLOCK}; "
+                        f"peak_bytes = most bytes alive at once in the CPU allocator during the call "
+                        f"(torch.profiler), inputs excluded; ms = fastest of three runs\n")
+                f.write("tokens,variant,peak_bytes,largest_intermediate_bytes,max_abs_err_vs_sdpa,ms\n")
+                for r in rows:
+                    f.write(f"{r['tokens']},{r['variant']},{r['peak_bytes']},{r['largest_intermediate_bytes']},"
+                            f"{r['max_abs_err_vs_sdpa']:.3e},{r['ms']:.2f}\n")
+            written.append(MEMORY_CSV)
+        if "training" in parts:
+            with TRAINING_CSV.open("w", encoding="utf-8") as f:
+                f.write(f"# {stamp}\n# training = forward + backward (gradients of queries, keys and values), one "
+                        f"head of {HEAD_DIM} features, batch 1, tiles of {BLOCK} x {BLOCK}; peak_bytes = most bytes "
+                        f"alive at once in the CPU allocator (torch.profiler), inputs excluded; saved_bytes = "
+                        f"tensors autograd keeps for the backward pass (inputs included); ms = fastest of two runs\n")
+                f.write("tokens,variant,peak_bytes,saved_bytes,max_abs_err_vs_sdpa,max_abs_grad_err_vs_sdpa,ms\n")
+                for r in train_rows:
+                    f.write(f"{r['tokens']},{r['variant']},{r['peak_bytes']},{r['saved_bytes']},"
+                            f"{r['max_abs_err_vs_sdpa']:.3e},{r['max_abs_grad_err_vs_sdpa']:.3e},{r['ms']:.2f}\n")
+            written.append(TRAINING_CSV)
+        if "decoding" in parts:
+            with DECODING_CSV.open("w", encoding="utf-8") as f:
+                f.write(f"# {stamp}\n# TinyCausalLM {MODEL}, random weights (seed 0), prompt {PROMPT} tokens, greedy; "
+                        f"ms = fastest of {args.rounds} rounds for each step; same tokens both ways: "
+                        f"{dec['same_tokens']}\n")
+                f.write("step,context_tokens,recompute_ms,cached_ms\n")
+                for i, (a, b) in enumerate(zip(dec["steps"][False], dec["steps"][True])):
+                    f.write(f"{i + 1},{PROMPT + i},{a * 1e3:.4f},{b * 1e3:.4f}\n")
+            written.append(DECODING_CSV)
+        print("\nwrote " + " and ".join(str(path.relative_to(ROOT)) for path in written))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
