@@ -350,3 +350,39 @@ def test_ch05_ex6_without_residual_the_rule_is_an_upper_bound():
     assert reach[2].tolist() == [True, True, True]
     assert moved[2].tolist() == [True, False, False]
     assert torch.equal(module.stacked_influence(allowed, 2), module._moved_in_a_stack(allowed, 2, True))
+
+
+def test_ch05_ex6_stopping_after_n_layers_is_caught_on_a_cycle():
+    """The independent solver's answers that stopped after min(L, n) or min(L, n - 1) layers passed
+    every check (the deep checks were causal, where the reach settles); a cycle without residual
+    never settles."""
+    from attention_course.exercises.ch05.ex6_stacked_influence import stacked_influence
+
+    def stops_after_n(allowed, num_layers, residual=True):
+        return stacked_influence(allowed, min(num_layers, allowed.shape[0]), residual)
+
+    def stops_after_n_minus_1(allowed, num_layers, residual=True):
+        return stacked_influence(allowed, min(num_layers, allowed.shape[0] - 1), residual)
+
+    assert_mistake("ch05_ex6", stops_after_n, "stopped after n layers", must_not=("float",))
+    assert any(r.check.startswith("a cycle") for r in failed_checks("ch05_ex6", stops_after_n_minus_1))
+    cycle = torch.roll(torch.eye(5, dtype=torch.bool), shifts=-1, dims=1)
+    assert torch.equal(stacked_influence(cycle, 7, residual=False), torch.roll(torch.eye(5, dtype=torch.bool), -2, 1))
+
+
+def test_ch05_ex6_chains_of_at_most_num_layers_steps_get_the_own_token_hint():
+    """Counting chains of at most L steps is the same as letting every token stay in place in every
+    layer ((A or I)^L), so the solver's "union of up to L steps" gets that kept mistake's hint,
+    which names both readings."""
+    from attention_course.exercises.ch05.ex6_stacked_influence import stacked_influence
+
+    def at_most(allowed, num_layers, residual=True):
+        reach = torch.eye(allowed.shape[0], dtype=torch.bool)
+        total = reach.clone()
+        for _ in range(num_layers):
+            reach = (stacked_influence(allowed, 1, residual).long() @ reach.long()) > 0
+            total |= reach
+        return total
+
+    assert_mistake("ch05_ex6", at_most, "own token always kept")
+    assert "at most num_layers steps" in mistake_hint("ch05_ex6", "own token always kept")

@@ -118,6 +118,14 @@ def _two_before_calls(seed):
     return [Call(args=(two_before, layers), kwargs={"residual": False}) for layers in (1, 2)]
 
 
+def _cycle_calls(seed):
+    cycle = torch.roll(torch.eye(5, dtype=torch.bool), shifts=-1, dims=1)   # token i sees i - 1, mod 5
+    six = torch.roll(torch.eye(6, dtype=torch.bool), shifts=-1, dims=1)
+    six[3, 0] = True                                                       # and one extra key
+    return [Call(args=(cycle, layers), kwargs={"residual": False}) for layers in (3, 7, 12)] + [
+        Call(args=(six, 7), kwargs={"residual": False})]
+
+
 def _empty_rows_calls(seed):
     holes = _band(7, back=6)
     holes[2] = False
@@ -280,11 +288,20 @@ mistakes.add("query path ignored",
                  allowed | (torch.eye(allowed.shape[0], dtype=torch.bool) & bool(residual)), layers)))
 
 mistakes.add("own token always kept",
-             "with residual=False your result lets every output depend on its own token; without the residual "
-             "path a row with no allowed key outputs zero and a row with one allowed key gives it weight 1 "
-             "whatever the query, so there output i depends on input i only if allowed[i, i].",
+             "with residual=False your result lets every output depend on its own token in every layer (the "
+             "same as counting chains of at most num_layers steps); without the residual path a row with no "
+             "allowed key outputs zero and a row with one allowed key gives it weight 1 whatever the query, so "
+             "there output i depends on input i only if allowed[i, i], and a chain has exactly num_layers steps.",
              _validated(lambda allowed, layers, residual: _reach(
                  allowed | torch.eye(allowed.shape[0], dtype=torch.bool), layers)))
+
+mistakes.add("stopped after n layers",
+             "your result stops changing after n layers (or n - 1), but without residual the reach need not "
+             "settle: on a cycle (each token sees the one before it, the first sees the last) it moves by one "
+             "position per layer for ever. Compute exactly num_layers steps, or stop only when a layer changes "
+             "nothing.",
+             _validated(lambda allowed, layers, residual: stacked_influence(
+                 allowed, min(layers, allowed.shape[0]), residual)))
 
 mistakes.add("one layer too many",
              "your result reaches one step further than the stack can: it is the answer for num_layers + 1 "
@@ -425,13 +442,18 @@ register(Exercise(
         Check("the two tokens before, not itself, without residual", _two_before_calls,
               compare=_compare_entries,
               hint=_HINT + " Here query 0 sees no key, query 1 one key and every later query two keys."),
+        Check("a cycle of 5 and 6 tokens, 3 to 12 layers, without residual", _cycle_calls,
+              compare=_compare_entries,
+              hint=_HINT + " Here token i sees token i - 1 and token 0 sees the last one, so without residual "
+                           "the information goes round and round: after 7 layers over 5 tokens it has moved by 7."),
         Check("two queries with no allowed key", _empty_rows_calls,
               compare=_compare_entries,
               hint=_HINT + " Here queries 2 and 5 may attend to no key at all: without residual their outputs "
                            "are zero."),
         Check("48 tokens, 60 and 200 layers", _deep_calls,
               compare=_compare_entries,
-              hint=_HINT + " Here the stack is deep: the number of paths runs far beyond any float's range."),
+              hint=_HINT + " Here the stack is deep: the number of paths runs far beyond the range of any "
+                           "number type."),
         Check("random masks against a real stack of float64 attention layers with residual", _stack_calls,
               compare=_compare_with_a_real_stack,
               hint="this check runs a stack of random attention layers with the mask and records which "
