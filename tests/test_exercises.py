@@ -110,7 +110,16 @@ def test_kept_mistake_is_caught_with_its_hint(exercise, mistake):
     results = run_checks(exercise.label, mistake.impl)
     _as_stored(exercise, mistake.impl, results)
     public = _failures(results)
-    assert public, f"{mistake.name!r} passes every public check of {exercise.label}"
+    if not public:
+        # Only an error-handling mistake may pass the public checks: its error check is hidden
+        # (issue 26, item 8: error checks are at most a fifth of a chapter's public checks), and
+        # the grader and the thorough self-check catch it there, with its hint.
+        hidden = _failures(run_checks(exercise.label, mistake.impl, hidden=True, seed=HIDDEN_SEEDS[0]))
+        assert hidden, f"{mistake.name!r} passes every public and hidden check of {exercise.label}"
+        for r in hidden:
+            assert _is_error_check(exercise, next(c for c in exercise.checks if c.name == r.check)), \
+                f"{mistake.name!r} passes every public check of {exercise.label} but fails {r.check!r}"
+            assert r.mistake == mistake.name and r.hint == mistake.hint, (r.check, r.mistake, r.hint)
     for r in public:
         assert r.mistake == mistake.name and r.hint == mistake.hint, \
             f"{exercise.label} check {r.check!r} prints {r.hint!r} for mistake {mistake.name!r}"
