@@ -411,7 +411,7 @@ def _time_limit(seconds: Optional[float]):
 
 def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] = None,
                time_limit: Optional[float] = None, refuse_answers: bool = False,
-               exercise: Optional[Exercise] = None) -> list:
+               exercise: Optional[Exercise] = None, first_failure: bool = False) -> list:
     """Run an exercise's checks on ``obj``; never raises for a student's mistake.
 
     Public mode runs the public checks at their fixed seeds. Hidden mode (grading)
@@ -421,7 +421,8 @@ def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] =
     and the remaining checks are not run. With ``refuse_answers`` (what ``check()``
     does), the course's own answers to this exercise raise while ``obj`` runs, as in
     the grading child (:mod:`attention_course.answers`); kept alternatives that adapt
-    the library are checked without it.
+    the library are checked without it. With ``first_failure``, the results end at the first
+    check that fails (what a test needs to know of a wrong answer: that some check catches it).
     """
     from .answers import answers_refused
     exercise = exercise or get_exercise(label)
@@ -452,6 +453,8 @@ def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] =
         result.max_points = max_points
         result.points = result.max_points if result.passed else 0.0
         results.append(result)
+        if first_failure and not result.passed:
+            break
     return results
 
 

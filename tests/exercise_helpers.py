@@ -37,7 +37,8 @@ def passes_everywhere(label, obj):
 
 def failed_hidden_somewhere(label, obj, seeds=(11, 2026)):
     """True if the hidden checks fail the answer at every one of ``seeds``."""
-    return all(failed_checks(label, obj, s) for s in seeds)
+    return all(any(not r.passed for r in run_checks(label, obj, hidden=True, seed=s, first_failure=True))
+               for s in seeds)
 
 
 def mistake_hint(label, name):

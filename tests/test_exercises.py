@@ -124,7 +124,7 @@ def test_kept_mistake_is_caught_with_its_hint(exercise, mistake):
         assert r.mistake == mistake.name and r.hint == mistake.hint, \
             f"{exercise.label} check {r.check!r} prints {r.hint!r} for mistake {mistake.name!r}"
     for seed in HIDDEN_SEEDS:
-        hidden = _failures(run_checks(exercise.label, mistake.impl, hidden=True, seed=seed))
+        hidden = _failures(run_checks(exercise.label, mistake.impl, hidden=True, seed=seed, first_failure=True))
         assert hidden, f"{mistake.name!r} passes every hidden check of {exercise.label} (seed {seed})"
 
 

@@ -94,13 +94,13 @@ def test_ch05_ex2_shared_drops_fail_with_their_hint(answer, mistake):
     assert failures[0].mistake == mistake and failures[0].hint == mistake_hint("ch05_ex2", mistake)
     assert "identical" in failures[0].reason
     for seed in SEEDS:
-        assert [r for r in run_checks("ch05_ex2", answer, hidden=True, seed=seed) if not r.passed]
+        assert [r for r in run_checks("ch05_ex2", answer, hidden=True, seed=seed, first_failure=True) if not r.passed]
 
 
 def test_ch05_ex2_float32_result_fails():
     assert_mistake("ch05_ex2", dropout_always_float32, "float32 output for float64 weights")
     for seed in SEEDS:
-        assert [r for r in run_checks("ch05_ex2", dropout_always_float32, hidden=True, seed=seed) if not r.passed]
+        assert [r for r in run_checks("ch05_ex2", dropout_always_float32, hidden=True, seed=seed, first_failure=True) if not r.passed]
 
 
 # ======================================== ch05_ex3
@@ -144,7 +144,7 @@ class AttentionLateCheck(_Attention):
 def test_ch05_ex3_batch_shared_mask_fails_with_its_hint():
     assert_mistake("ch05_ex3", AttentionBatchSharedDrop, "one dropout mask shared by the batch")
     for seed in SEEDS:
-        assert [r for r in run_checks("ch05_ex3", AttentionBatchSharedDrop, hidden=True, seed=seed)
+        assert [r for r in run_checks("ch05_ex3", AttentionBatchSharedDrop, hidden=True, seed=seed, first_failure=True)
                 if not r.passed]
 
 
