@@ -24,7 +24,7 @@ from typing import Optional
 import yaml
 
 # What the student edition copies from the course folder besides chapters/.
-_STUDENT_FILES = ["intro.md", "toolkit.ipynb", "bibliography.md", "exercises.md", "instructors.md", "references.bib"]
+_STUDENT_FILES = ["intro.md", "bibliography.md", "exercises.md", "instructors.md", "references.bib"]
 
 
 def _jupyter_book() -> str:
@@ -50,6 +50,12 @@ def stage_student(root: Path, staging: Path) -> Path:
     for solution in solution_paths(root):
         text, _ = generate(solution, portable=False)
         (staging / "chapters" / solution.name).write_text(text, encoding="utf-8")
+    # The toolkit's page comes from its MyST source, beside the chapters as in solutions/ (the
+    # table of contents below moves it with them), so that the chapters' {ref}s to it resolve.
+    from .release import TOOLKIT_SOURCE, toolkit_notebook
+    if (root / TOOLKIT_SOURCE).exists():
+        (staging / "chapters" / Path(TOOLKIT_SOURCE).name).write_text(
+            toolkit_notebook(root, portable=False), encoding="utf-8")
 
     config_data = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     config_data["title"] = f"{config_data.get('title', 'Course')} (student edition)"

@@ -9,6 +9,8 @@ downloads or launches a chapter must get the **student** notebook:
 * the downloadable ``_sources/.../NN_slug.ipynb`` files are replaced by the
   (portable) student notebooks when the build finishes: those of ``chapters/`` in
   the source folder, or of the folder named by ``attention_course_notebooks``.
+  The tensor toolkit's page likewise offers (and launches) the portable
+  ``toolkit.ipynb`` beside that folder, not its MyST source.
 
 The solution markers (``# BEGIN SOLUTION``/``# END SOLUTION``) are dropped from the
 code shown on the pages.
@@ -25,18 +27,27 @@ from pathlib import Path
 # Folders whose chapter pages stand for the student notebooks of chapters/: the solutions (full
 # edition) and the MyST pages of an instructor's release (attention_course.student_release).
 _PAGE_FOLDERS = ("solutions", "pages")
+# The tensor toolkit's page (``solutions/toolkit``, ``chapters/toolkit`` or ``pages/toolkit``) stands
+# for the portable ``toolkit.ipynb`` that ``attention-course release`` writes beside chapters/.
+_TOOLKIT_PAGE = "toolkit"
 
 
 def _retarget_launch_buttons(app, pagename, templatename, context, doctree):
     folder = pagename.split("/", 1)[0]
-    if folder not in _PAGE_FOLDERS or "/" not in pagename:
+    if pagename.endswith("/" + _TOOLKIT_PAGE) and "/" in pagename:
+        # The toolkit's page is built from its MyST source beside the chapters; a reader launches
+        # the portable toolkit.ipynb at the root of the repository.
+        old, new = f"/{pagename}", f"/{_TOOLKIT_PAGE}"
+    elif folder in _PAGE_FOLDERS and "/" in pagename:
+        old, new = f"/{folder}/", "/chapters/"
+    else:
         return
     for group in context.get("header_buttons", []):
         if group.get("label") != "launch-buttons":
             continue
         for button in group.get("buttons", []):
             if "url" in button:
-                button["url"] = button["url"].replace(f"/{folder}/", "/chapters/")
+                button["url"] = button["url"].replace(old, new)
     # What the download buttons offer is overwritten with the student notebook.
     for group in context.get("header_buttons", []):
         if group.get("label") == "download-buttons":
@@ -88,6 +99,13 @@ def _ship_student_notebooks(app, exception):
                     f"attention_course.sphinxext: no student notebook {student} for the page {target.name}; "
                     "run `attention-course release`")
             shutil.copyfile(student, target)
+        toolkit = sources / folder / f"{_TOOLKIT_PAGE}.ipynb"
+        if toolkit.exists():  # its MyST source would show raw targets in a notebook client
+            portable = notebooks.parent / toolkit.name
+            if not portable.exists():
+                raise FileNotFoundError(
+                    f"attention_course.sphinxext: no portable toolkit {portable}; run `attention-course release`")
+            shutil.copyfile(portable, toolkit)
 
 
 # What the theme and docutils write that fails WCAG 2.1 A/AA under axe-core (tests/test_site.py):

@@ -6,6 +6,7 @@ It writes, into ``OUT``, a self-contained student repository for the chapters re
 * ``chapters/NN_slug.ipynb`` -- the portable student notebooks, whose install cell installs the
   package from **this** repository (``--repository-url``, or ``student_repository`` in
   ``course.yml``);
+* ``toolkit.ipynb`` -- the tensor toolkit in its portable form, which the chapters link to;
 * ``attention_course/`` -- the student build of the package (:mod:`attention_course.student_build`):
   no reference, no hidden check, no library piece that answers a graded exercise; public checks
   that compare with outputs stored when the release was made; ``pyproject.toml`` and
@@ -13,7 +14,8 @@ It writes, into ``OUT``, a self-contained student repository for the chapters re
 * the student edition of the site for those chapters only: ``_config.yml``, ``_toc.yml``,
   ``intro.md`` (written for the release), ``exercises.md`` (the released exercises),
   ``bibliography.md``, ``references.bib``, ``_static/``, ``_extra/`` and ``pages/NN_slug.ipynb``
-  (the MyST form of the student notebooks that the pages are built from). References to
+  (the MyST form of the student notebooks that the pages are built from), with
+  ``pages/toolkit.ipynb``, the toolkit's MyST source. References to
   chapters not released read as plain text (``chapter 5, not released yet``); launch buttons and
   downloads give the notebooks of ``chapters/``. ``--build`` builds it into ``_build/html``;
 * ``RELEASE.md`` -- what was released and the **answer-exposure report**: for every exercise of
@@ -38,10 +40,10 @@ from typing import Optional
 
 import yaml
 
-from .release import DISTINCTIVE_LENGTH, distinctive_lines
+from .release import DISTINCTIVE_LENGTH, TOOLKIT, distinctive_lines, toolkit_notebook
 from .student_build import PACKAGE, ReleasePlan, StudentBuildError, plan_release, write_package
 
-SITE_FILES = ("bibliography.md", "references.bib", "toolkit.ipynb")
+SITE_FILES = ("bibliography.md", "references.bib")
 REPORT_NAME = "RELEASE.md"
 IDIOM_COUNT = 3
 
@@ -416,6 +418,10 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
 
     for name in SITE_FILES:
         shutil.copy2(root / name, out / name)
+    # The tensor toolkit: the portable notebook beside chapters/ for students, its MyST source among
+    # the pages for the site (the pages' references to its sections point there).
+    (out / TOOLKIT).write_text(toolkit_notebook(root, settings=settings), encoding="utf-8")
+    (out / "pages" / TOOLKIT).write_text(toolkit_notebook(root, portable=False), encoding="utf-8")
     # Measured tables that chapters read beside the package (bench/*.csv), data only.
     for table in sorted((root / "bench").glob("*.csv")):
         (out / "bench").mkdir(exist_ok=True)
@@ -442,7 +448,7 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
     toc = {"format": "jb-book", "root": "intro", "parts": [
         {"caption": "Chapters", "numbered": True,
          "chapters": [{"file": f"pages/{titles[c][0]}"} for c in plan.chapters]},
-        {"caption": "Reference", "chapters": [{"file": "toolkit"}, {"file": "exercises"},
+        {"caption": "Reference", "chapters": [{"file": "pages/toolkit"}, {"file": "exercises"},
                                               {"file": "bibliography"}]}]}
     (out / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
     (out / "README.md").write_text(_readme(site["title"], repository_url, plan), encoding="utf-8")

@@ -183,18 +183,62 @@ def test_a_reference_to_an_exercise_never_shows_the_word_twice(path):
     assert not doubled, doubled
 
 
+# A MyST target, `(name)=` alone on its line: a notebook client shows it as text.
+RAW_TARGET = re.compile(r"^\([^()\s]+\)=\s*$", re.M)
+
+
+def _heading_ids(notebook: Path) -> set:
+    """The ids a notebook client gives the headings of ``notebook``, read off a real render:
+    nbconvert's HTML export, which names headings as Jupyter does."""
+    import html
+    from nbconvert import HTMLExporter
+    body, _ = HTMLExporter(template_name="basic").from_notebook_node(
+        nbformat.read(str(notebook), as_version=4))
+    return {html.unescape(m.group(1)) for m in re.finditer(r'<h[1-6][^>]*\bid="([^"]+)"', body)}
+
+
 def test_toolkit_references_are_links_to_headings_that_exist():
     """Issue 28: a learner in Jupyter found the toolkit references as orphaned words. In the
-    portable notebooks they are links to ../toolkit.ipynb, and each anchor is the id a notebook
-    client gives one of the toolkit's headings (its text, spaces as hyphens)."""
-    toolkit = nbformat.read(str(ROOT / "toolkit.ipynb"), as_version=4)
-    headings = {line.lstrip("#").strip().replace("`", "").replace(" ", "-")
-                for cell in toolkit.cells if cell.cell_type == "markdown"
-                for line in _text(cell).split("\n") if line.startswith("#")}
+    portable notebooks they are links to ../toolkit.ipynb, and each anchor is the id that a
+    render of the student-facing toolkit gives one of its headings (nbconvert's HTML export,
+    not the rule the release uses to write the anchors)."""
+    from urllib.parse import unquote
+    ids = _heading_ids(ROOT / "toolkit.ipynb")
+    assert {"Reductions-with-keepdim=True", "-inf,-exp-and-the-softmax"} <= ids, sorted(ids)  # the render's form
     links = [(path.name, m.group(1)) for path in STUDENT for text in _markdown_cells(path)
              for m in re.finditer(r"\]\(\.\./toolkit\.ipynb(#[^)]*)?\)", text)]
     chapters = {name for name, _ in links}
     assert {p.name for p in STUDENT[:4]} <= chapters, chapters   # chapters 1-4 all link to it
-    for name, anchor in links:
-        assert anchor is None or anchor[1:] in headings, (name, anchor, sorted(headings))
+    anchored = [(name, unquote(anchor[1:])) for name, anchor in links if anchor]
+    assert len(anchored) >= 10, anchored
+    missing = [(name, anchor) for name, anchor in anchored if anchor not in ids]
+    assert not missing, (missing, sorted(ids))
     assert (ROOT / "chapters" / ".." / "toolkit.ipynb").exists()
+
+
+def test_student_facing_toolkit_shows_no_myst_markup():
+    """Issue 28: the toolkit showed its MyST targets, `(toolkit-keepdim)=`, as text in Jupyter.
+    What a student opens, toolkit.ipynb beside chapters/ (the one the chapters link to and the
+    one a student release copies), is the portable form `release` writes: no target, no role,
+    no directive. The MyST source the site is built from keeps every target a chapter refers to."""
+    from attention_course.release import TOOLKIT_SOURCE, toolkit_notebook
+    student_text = (ROOT / "toolkit.ipynb").read_text(encoding="utf-8")
+    assert student_text == toolkit_notebook(ROOT), "toolkit.ipynb is stale: run `attention-course release`"
+    cells = _markdown_cells(ROOT / "toolkit.ipynb")
+    assert len(cells) >= 10
+    for cell in cells:
+        assert not RAW_TARGET.search(cell), RAW_TARGET.search(cell).group(0)
+        for token in RAW_MYST:
+            assert token not in cell, (token, cell[:200])
+    source_cells = _markdown_cells(ROOT / TOOLKIT_SOURCE)
+    targets = {m.group(0).strip()[1:-2] for cell in source_cells for m in RAW_TARGET.finditer(cell)}
+    referred = {m.group(1) for path in solution_paths(ROOT) for cell in _markdown_cells(path)
+                for m in re.finditer(r"\{ref\}`[^`<]*<(toolkit-[^>]+)>`", cell)}
+    assert referred and referred <= targets, sorted(referred - targets)
+    # The same text, headings and code in both forms: only MyST markup was converted.
+    source = nbformat.read(str(ROOT / TOOLKIT_SOURCE), as_version=4)
+    student = nbformat.read(str(ROOT / "toolkit.ipynb"), as_version=4)
+    assert [c.source for c in source.cells if c.cell_type == "code"] == \
+        [c.source for c in student.cells if c.cell_type == "code"]
+    assert [c.outputs for c in source.cells if c.cell_type == "code"] == \
+        [c.outputs for c in student.cells if c.cell_type == "code"]

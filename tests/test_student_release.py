@@ -201,6 +201,31 @@ def test_the_release_site_builds_with_launch_buttons_on_the_student_repository(r
     assert "ch03_ex6" in index and "ch04_ex1" not in index
 
 
+def test_the_release_gives_students_the_toolkit_without_myst_targets(release_1_3):
+    """Issue 28: the toolkit beside chapters/ is the portable one (no `(toolkit-…)=` line shown as
+    text in Jupyter); the site's page is built from the MyST source under pages/, whose targets the
+    chapters' references need, and its download and launch buttons give the portable one."""
+    import re
+    out = release_1_3.out
+    raw_target = re.compile(r"^\([^()\s]+\)=\s*$", re.M)
+
+    def markdown(path):
+        return ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                if c["cell_type"] == "markdown"]
+    assert not any(raw_target.search(cell) for cell in markdown(out / "toolkit.ipynb"))
+    assert any(raw_target.search(cell) for cell in markdown(out / "pages" / "toolkit.ipynb"))
+    html = out / "_build" / "html"
+    download = html / "_sources" / "pages" / "toolkit.ipynb"
+    assert download.read_text(encoding="utf-8") == (out / "toolkit.ipynb").read_text(encoding="utf-8")
+    page = (html / "pages" / "toolkit.html").read_text(encoding="utf-8")
+    links = re.findall(r'href="([^"]*toolkit\.ipynb[^"]*)"', page)
+    assert any("blob/main/toolkit.ipynb" in link for link in links), links          # Colab: the portable one
+    assert not [link for link in links if "pages/toolkit.ipynb" in link and "_sources" not in link], links
+    # A chapter page's reference to a toolkit section lands on that section of the toolkit's page.
+    chapter = (html / "pages" / "01_queries_keys_values.html").read_text(encoding="utf-8")
+    assert 'href="toolkit.html#toolkit-keepdim"' in chapter
+
+
 def test_a_release_needing_a_graded_answer_is_refused_with_the_way_out(tmp_path):
     with pytest.raises(StudentBuildError) as caught:
         release_students(ROOT, tmp_path / "r", chapters=[4, 6], repository_url=STUDENT_REPO, practice=[],

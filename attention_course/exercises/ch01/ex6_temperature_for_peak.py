@@ -14,6 +14,12 @@ which its largest weight is exactly $p$. Write `temperature_for_peak(queries, ke
   Work out when that happens ({ref}`ch01_ex5` helps). Equal distances are exactly equal in
   the checks, whose coordinates are small integers or halves.
 
+No formula turns the largest weight back into $\tau$ in general, but it only falls as $\tau$
+grows, and such a function is inverted numerically by *bisection*: take a low and a high
+temperature whose largest weights lie on either side of the target, try one between them, keep
+the half of the interval that still brackets the target, and repeat. Every step halves the
+interval, so a few dozen steps pin the temperature down far more closely than the checks need.
+
 When your function passes, call it in a cell of your own on the chapter's stations and
 queries with `target = 0.9`. Which query needs the smallest temperature, and why is it not
 the one nearest to a station?

@@ -240,9 +240,10 @@ def _oop_whole_blocks(A):
 
 
 @mistakes.keep("b with the wrong sign",
-               "the off-diagonal entries of each of your blocks have the opposite sign of the closest ones, "
-               "so each block turns the other way; an offset-only A comes back with its off-diagonal "
-               "entries negated.")
+               "the antisymmetric part of your blocks (their b) has the wrong orientation: an offset-only A "
+               "does not come back unchanged but transposed, each block turning the other way. Check which "
+               "off-diagonal entry of the chapter's pattern carries +b, and which of A's entries you pair "
+               "it with.")
 def _oop_b_sign(A):
     return offset_only_part(A).transpose(-2, -1)
 
