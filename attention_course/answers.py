@@ -14,7 +14,7 @@ them for the exercise it answers earns no credit. Two places enforce this, with 
 What counts as the library's answer to an exercise: any runtime object named like the exercise's
 answer (``functional.masked_softmax`` for ``ch03_ex1``), the reference object itself, and the
 objects listed in :data:`LIBRARY_ANSWERS` (adapters of them answer the contract too, e.g. a thin
-step around ``translation.AttentionDecoder`` for ``ch07_ex1``). A later exercise may use them: the
+subclass of ``multihead.CausalAttention`` for ``ch05_ex3``). A later exercise may use them: the
 refusal holds only while the exercise they answer is checked or graded.
 """
 from __future__ import annotations
@@ -36,7 +36,6 @@ LIBRARY_ANSWERS = {
     "ch05_ex1": ("transformer.causal_mask",),
     "ch05_ex3": ("multihead.CausalAttention",),
     "ch06_ex3": ("multihead.MultiHeadAttention", "multihead.SDPAMultiHeadAttention"),
-    "ch07_ex1": ("translation.AttentionDecoder",),
     "ch07_ex3": ("translation.Seq2Seq",),  # its greedy() decodes as the exercise asks
     "ch08_ex1": ("transformer.decoder_self_mask",),
     "ch08_ex2": ("transformer.MaskedMultiHeadAttention",),

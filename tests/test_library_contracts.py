@@ -21,7 +21,7 @@ import inspect
 
 import pytest
 
-from attention_course import functional, multihead, transformer, translation
+from attention_course import functional, multihead, transformer
 from attention_course.checking import run_checks
 from attention_course.registry import get_exercise
 
@@ -34,7 +34,6 @@ LIBRARY_ANSWERS = [
     ("ch05_ex3", "the course library's multihead.CausalAttention", multihead.CausalAttention),
     ("ch06_ex3", "the course library's multihead.MultiHeadAttention", multihead.MultiHeadAttention),
     ("ch06_ex3", "the course library's multihead.SDPAMultiHeadAttention", multihead.SDPAMultiHeadAttention),
-    ("ch07_ex1", "the course library's translation.AttentionDecoder", translation.AttentionDecoder),
     ("ch08_ex2", "package layer", transformer.MaskedMultiHeadAttention),
     ("ch08_ex3", "the course library's transformer.DecoderBlock", transformer.DecoderBlock),
     ("ch08_ex4", "measured on the package's model", transformer.Transformer),

@@ -1,16 +1,18 @@
 """Chapter 7 exercises: Bahdanau attention in a GRU encoder-decoder.
 
-ch07_ex1  BahdanauDecoderStep(embed_size, num_hiddens)  forward -> (hidden, context, weights)
+ch07_ex1  CoverageDecoder(embed_size, num_hiddens)  forward(h0, embedded, enc_outputs, valid_lens) -> (states, weights, coverage)
 ch07_ex2  LuongDecoderStep(embed_size, num_hiddens)     forward -> (hidden, attentional, weights)
 ch07_ex3  GreedyDecoder(AttentionDecoder).greedy(h0, enc_outputs, valid_lens, max_len, bos=1)
 ch07_ex4  hard_alignment(weights) -> (positions, monotonicity)
 ch07_ex5  BidirectionalEncoder(vocab_size, embed_size, num_hiddens)  forward(src, src_lens) -> outputs
 
-Each exercise teaches one thing: ex1 the decoder step of Bahdanau et al. (query =
-the *previous* state, the context feeds the GRU update); ex2 the other recipe, of
+Each exercise teaches one thing: ex1 a transfer of the decoder of Bahdanau et al. to a
+case the chapter does not print, coverage (the sum of the earlier weights enters the additive
+score inside the tanh; query = the *previous* state, the context feeds the GRU update), run
+with teacher forcing; ex2 the other recipe, of
 Luong et al. (update first, query = the *new* state, a bilinear score, an
 attentional vector), which the chapter describes but does not show; ex3 greedy
-decoding around a given step; ex4 reading an alignment; ex5 the bidirectional
+decoding around a given step, which runs all its steps after <eos>; ex4 reading an alignment; ex5 the bidirectional
 encoder of the paper on a padded batch, where the backward direction must start at
 each sequence's own last character (the chapter only mentions it).
 
@@ -24,7 +26,7 @@ inputs of the checks, the kept mistakes (each with its hint), the kept alternati
 the registration. Helpers shared by the chapter's exercises are in ``_common.py``.
 """
 from . import (  # noqa: F401  (importing an exercise module registers it)
-    ex1_bahdanau_decoder_step,
+    ex1_coverage_decoder,
     ex2_luong_decoder_step,
     ex3_greedy_decoder,
     ex4_hard_alignment,

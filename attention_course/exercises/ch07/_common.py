@@ -36,8 +36,8 @@ def _step_inputs(g, batch, num_steps, embed_size, num_hiddens, lens):
             torch.randn(batch, num_steps, num_hiddens, generator=g), lens)
 
 
-# Check inputs shared by the two decoder steps (exercises 1 and 2): both are built as
-# (embed_size, num_hiddens) and called with the same four arguments.
+# Check inputs of the decoder step of exercise 2, built as (embed_size, num_hiddens) and called
+# with four arguments (exercise 1 was such a step too, before issue 19 made it a transfer).
 
 
 def _step_param_shapes_calls(seed):

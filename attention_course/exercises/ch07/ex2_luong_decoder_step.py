@@ -6,8 +6,11 @@ query with the **new** state. Write a class `LuongDecoderStep(nn.Module)` with c
 `cell = nn.GRUCell(embed_size, num_hiddens)`, and bias-free linear layers `W_a`
 (`num_hiddens` → `num_hiddens`) and `W_c` (`2 * num_hiddens` → `num_hiddens`).
 
-`forward(prev_hidden, embedded, enc_outputs, valid_lens)` takes the same arguments as in
-exercise 1 and returns the tuple `(hidden, attentional, weights)`:
+`forward(prev_hidden, embedded, enc_outputs, valid_lens)` takes the decoder's previous state
+`prev_hidden` `(batch, num_hiddens)`, the embedding of the previous output token `embedded`
+`(batch, embed_size)`, the encoder states `enc_outputs` `(batch, num_steps, num_hiddens)` and
+the valid lengths `valid_lens` `(batch,)` (integers from 1 to `num_steps`), and returns the
+tuple `(hidden, attentional, weights)`:
 
 - `hidden` `(batch, num_hiddens)`: the GRU cell applied to `embedded` with state `prev_hidden`
   (no context enters the update);

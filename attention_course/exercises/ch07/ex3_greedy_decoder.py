@@ -12,14 +12,16 @@ run exactly `max_len` steps; at every step, the next input token is the most lik
 step's logits, and the next state is the hidden state that `step` returned. Return
 `(tokens, weights)`: `tokens` of shape `(batch, max_len)`, dtype `torch.long`, the predicted token
 of every step, and `weights` of shape `(batch, max_len, num_steps)`, the attention weights of
-every step. (Stopping at `<eos>` is left to whoever reads the tokens.)
+every step. A sequence that predicts `<eos>` (index 2, `tr.Vocab.eos`) runs on like the others:
+the loop neither stops nor pads, and the tokens and weights after its `<eos>` are the ones the
+steps produce. (Stopping at `<eos>` is left to whoever reads the tokens.)
 """
 from __future__ import annotations
 
 import torch
 
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
-from ...translation import AttentionDecoder
+from ...translation import AttentionDecoder, Vocab
 from .._kit import Kept, gen, randint
 
 mistakes = Kept(Mistake)
@@ -81,6 +83,72 @@ def _greedy_random(seed):
                          bos=randint(g, 0, vocab - 1))]
 
 
+def _rigged_state(g, vocab, num_modes, eos_steps):
+    """A decoder whose next token depends only on the token fed and on the sequence's *mode*.
+
+    Mode m follows a chain of distinct tokens from bos that predicts <eos> at step
+    eos_steps[m] and goes on with other tokens after it; pad is never predicted. The
+    embedding is one-hot; GRU unit (m, v) fires (tanh near +1) only when the token fed is v
+    and the context's coordinate m is 1 (each sequence's encoder states carry the one-hot of
+    its mode in their first num_modes coordinates, so every context does too); the update
+    gate is shut, so the state is that pattern alone; the output layer maps unit (m, v) to
+    the token after v in mode m's chain. The attention parameters stay random, so the
+    weights still differ from step to step.
+    """
+    units, big = num_modes * vocab, 20.0
+    hidden = units + 3                     # 3 more coordinates carry noise into the keys
+    chains = []
+    for eos_step in eos_steps:
+        others = [v for v in range(3, vocab)]
+        order = torch.randperm(len(others), generator=g).tolist()
+        chain = [others[k] for k in order]
+        chain.insert(eos_step, Vocab.eos)              # chain[t] is predicted at step t
+        loop_to = randint(g, eos_step + 1, len(chain) - 1)
+        nxt = {Vocab.bos: chain[0]}
+        nxt.update({a: b for a, b in zip(chain, chain[1:])})
+        nxt[chain[-1]] = chain[loop_to]                # the walk cycles, never back to pad
+        chains.append(nxt)
+    embed = vocab
+    state = {"embedding.weight": torch.eye(vocab),
+             "W_q.weight": 0.5 * torch.randn(hidden, hidden, generator=g),
+             "W_k.weight": 0.5 * torch.randn(hidden, hidden, generator=g),
+             "w_v.weight": torch.randn(1, hidden, generator=g)}
+    weight_ih = torch.zeros(3 * hidden, embed + hidden)
+    bias_ih = torch.zeros(3 * hidden)
+    bias_ih[hidden:2 * hidden] = -30.0                 # update gate z ~ 0: the new state is n
+    out_weight, out_bias = torch.zeros(vocab, 2 * hidden), torch.zeros(vocab)
+    for m, nxt in enumerate(chains):
+        for v in range(vocab):
+            u = m * vocab + v
+            weight_ih[2 * hidden + u, v] = big                 # the token fed is v ...
+            weight_ih[2 * hidden + u, embed + m] = big         # ... and the mode is m
+            bias_ih[2 * hidden + u] = -1.5 * big
+            target = nxt.get(v, 3)                             # tokens off the chain: any non-pad
+            out_weight[target, u] = 5.0                        # +5 when firing, -5 when not,
+            out_bias[target] += 5.0                            # so the target's logit is 10, others 0
+    state.update({"cell.weight_ih": weight_ih, "cell.weight_hh": torch.zeros(3 * hidden, hidden),
+                  "cell.bias_ih": bias_ih, "cell.bias_hh": torch.zeros(3 * hidden),
+                  "out.weight": out_weight, "out.bias": out_bias})
+    return state, hidden
+
+
+def _greedy_eos(seed):
+    """Every sequence predicts <eos> before the last step, at a step that depends on its mode."""
+    g = gen(seed)
+    vocab, batch, num_steps, max_len = randint(g, 8, 11), randint(g, 3, 5), randint(g, 3, 7), randint(g, 6, 9)
+    num_modes = 3
+    # Three or more steps before the end (what is fed after <eos> then shows in the weights too),
+    # and early enough in a chain of vocab - 2 tokens to be followed by two.
+    eos_steps = [randint(g, 0, min(max_len - 4, vocab - 4)) for _ in range(num_modes)]
+    state, hidden = _rigged_state(g, vocab, num_modes, eos_steps)
+    modes = torch.arange(batch) % num_modes
+    enc_outputs = torch.randn(batch, num_steps, hidden, generator=g)
+    enc_outputs[:, :, :num_modes] = torch.nn.functional.one_hot(modes, num_modes)[:, None].float()
+    lens = torch.randint(1, num_steps + 1, (batch,), generator=g)
+    return [Call(init_args=(vocab, vocab, hidden), init_seed=0, state_dict=state, method="greedy",
+                 args=(torch.randn(batch, hidden, generator=g), enc_outputs, lens, max_len))]
+
+
 # Kept mistakes, each with its hint --------------------------------------------------------
 
 
@@ -133,6 +201,53 @@ class _GreedyWeightsTransposed(GreedyDecoder):
     def greedy(self, h0, enc_outputs, valid_lens, max_len, bos=1):
         tokens, weights = super().greedy(h0, enc_outputs, valid_lens, max_len, bos)
         return tokens, weights.transpose(1, 2)
+
+
+@mistakes.keep("stopped at <eos>",
+               "the loop stopped once every sequence had predicted <eos>, so fewer than max_len steps came "
+               "back; run all max_len steps, whatever the tokens.")
+class _GreedyStopsAtEos(AttentionDecoder):
+    def greedy(self, h0, enc_outputs, valid_lens, max_len, bos=1):
+        tokens = torch.full((h0.shape[0],), bos, dtype=torch.long)
+        done = torch.zeros(h0.shape[0], dtype=torch.bool)
+        hidden, out_tokens, out_weights = h0, [], []
+        for _ in range(max_len):
+            logits, hidden, weights = self.step(hidden, tokens, enc_outputs, valid_lens)
+            tokens = logits.argmax(dim=-1)
+            out_tokens.append(tokens)
+            out_weights.append(weights)
+            done = done | (tokens == Vocab.eos)
+            if bool(done.all()):
+                break
+        return torch.stack(out_tokens, dim=1), torch.stack(out_weights, dim=1)
+
+
+def _greedy_padding_after_eos(feed_padding):
+    class PaddedAfterEos(AttentionDecoder):
+        def greedy(self, h0, enc_outputs, valid_lens, max_len, bos=1):
+            tokens = torch.full((h0.shape[0],), bos, dtype=torch.long)
+            done = torch.zeros(h0.shape[0], dtype=torch.bool)
+            hidden, out_tokens, out_weights = h0, [], []
+            for _ in range(max_len):
+                logits, hidden, weights = self.step(hidden, tokens, enc_outputs, valid_lens)
+                predicted = logits.argmax(dim=-1)
+                recorded = predicted.masked_fill(done, Vocab.pad)
+                done = done | (predicted == Vocab.eos)
+                tokens = recorded if feed_padding else predicted
+                out_tokens.append(recorded)
+                out_weights.append(weights)
+            return torch.stack(out_tokens, dim=1), torch.stack(out_weights, dim=1)
+    return PaddedAfterEos
+
+
+mistakes.add("padding after <eos>, fed back",
+             "after a sequence's <eos> its tokens were replaced by padding, and the padding was fed to the "
+             "next steps; the contract keeps the tokens the steps predict after <eos>, and feeds them back.",
+             _greedy_padding_after_eos(feed_padding=True))
+mistakes.add("padding after <eos>, recorded only",
+             "after a sequence's <eos> its recorded tokens were replaced by padding; the contract keeps the "
+             "tokens the steps predict after <eos>.",
+             _greedy_padding_after_eos(feed_padding=False))
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
@@ -207,6 +322,10 @@ register(Exercise(
         Check("a different bos token", _greedy_bos, seed=1,
               hint="this check passes bos=4 and compares the tokens and the weights of every step; the "
                    "reason above names the first that differs."),
+        Check("a model that predicts <eos> early in every sequence", _greedy_eos, seed=2,
+              hint="in this check every sequence predicts <eos> (index 2) before the last step; the contract "
+                   "asks for all max_len steps of every sequence, with the tokens and weights the steps "
+                   "produce after <eos>."),
         Check("random sizes and bos (hidden)", _greedy_random, public=False,
               hint="check the loop for any sizes, max_len and bos."),
     ],

@@ -125,13 +125,36 @@ def _ha_outputs_axis(weights):
 
 @mistakes.keep("strictly increasing",
                "a pair that stays on the same input position counts as monotone too (it does not move "
-               "backwards); you counted only strict increases.")
+               "backwards); you counted only strict increases (what positions[i] > positions[i - 1] "
+               "counts, and so does 1 minus the share of pairs that do not increase).")
 def _ha_strict(weights):
     _check_weights(weights)
     positions = weights.argmax(dim=-1)
     if positions.numel() < 2:
         return positions, 1.0
     return positions, (positions[1:] > positions[:-1]).double().mean().item()
+
+
+@mistakes.keep("reversed comparison",
+               "the comparison is reversed: you counted the pairs whose position does not increase "
+               "(positions[i] <= positions[i - 1]); count those whose position does not decrease.")
+def _ha_reversed(weights):
+    _check_weights(weights)
+    positions = weights.argmax(dim=-1)
+    if positions.numel() < 2:
+        return positions, 1.0
+    return positions, (positions[1:] <= positions[:-1]).double().mean().item()
+
+
+@mistakes.keep("backward moves counted",
+               "you counted the pairs that move backwards (positions[i] < positions[i - 1]), which is 1 "
+               "minus the score; count the pairs that do not move backwards.")
+def _ha_backward_share(weights):
+    _check_weights(weights)
+    positions = weights.argmax(dim=-1)
+    if positions.numel() < 2:
+        return positions, 1.0
+    return positions, (positions[1:] < positions[:-1]).double().mean().item()
 
 
 @mistakes.keep("divided by num_outputs",
