@@ -90,10 +90,13 @@ def _student_tiles(queries, keys, values, block_size, *, last_tile_first=False, 
                    normalise=True, strict_type=True):
     """A student's tile loop; the keyword arguments switch on one mistake each."""
     if (strict_type and (type(block_size) is not int)) or block_size < 1:
-        raise ValueError(f"block_size must be a positive integer, not {block_size!r}")
+        raise ValueError(f"block_size must be a positive integer, got block_size={block_size!r}")
     n_q, n_k = queries.shape[1], keys.shape[1]
     if n_q > n_k:
-        raise ValueError(f"queries has {n_q} tokens but keys has only {n_k}")
+        # The contract's words: a hint that names an error-handling mistake needs the same
+        # message as the kept mistake on every call of the error check, this one included.
+        raise ValueError(f"the queries must be the last positions of the keys' sequence, so need "
+                         f"num_queries <= num_keys; got queries with {n_q} tokens and keys with {n_k}")
     first = n_k - n_q
     d = queries.shape[-1] if root_of is None else root_of(queries, values)
     tiles, rows = 0, []
