@@ -10,8 +10,8 @@ for $B$. Write `merge_attention_partials(out_a, lse_a, out_b, lse_b)` that retur
 (shape and dtype of `lse_a`).
 
 It must stay exact and finite, in float32 and in float64, for log-sum-exps up to 1,000 ($e^{x}$
-overflows float32 above about 88 and float64 above about 709). A set in which a query sees no key has `lse = -inf` and an all-zero output for that
-query: it must contribute nothing, and a query with `-inf` in both gets an all-zero output and
+overflows float32 above about 88 and float64 above about 709). A set in which a query sees no key
+has `lse = -inf` and an all-zero output for that query: it must contribute nothing, and a query with `-inf` in both gets an all-zero output and
 `lse = -inf` (never NaN). Raise `ValueError` naming `out_a` and `out_b` and giving their shapes when
 their shapes differ, and naming `lse_a` (or `lse_b`) and giving its shape when it is not
 `out_a.shape[:-1]`.

@@ -13,8 +13,8 @@ queries against a block of keys) only when at least one of its (query, key) pair
 skip it otherwise. Return the tuple `(output, tiles)`: `output`, of shape `(batch, num_queries, d_v)`
 and dtype of `queries`, equals causal attention with this mask to within 1e-5; `tiles` is a Python
 `int`, the number of tiles computed. Raise `ValueError` naming `block_size` when it is not a positive
-integer (a Python `int` of at least 1: `2.0` and `True` are not), and naming `queries` and `keys` and giving their numbers of tokens when
-`num_queries > num_keys`.
+integer (a Python `int` of at least 1: `2.0` and `True` are not), and naming `queries` and `keys`
+and giving their numbers of tokens when `num_queries > num_keys`.
 """
 from __future__ import annotations
 
