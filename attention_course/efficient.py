@@ -71,6 +71,17 @@ def _check_qkv(queries, keys, values):
                          f"tokens, queries and keys the same feature size")
 
 
+def _leading_shape(queries, keys, values):
+    """The broadcast of the three leading shapes (all axes but the last two), as torch.matmul
+    would make it, or a ValueError that names the three shapes."""
+    try:
+        return torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the leading axes of queries {tuple(queries.shape)}, keys {tuple(keys.shape)} "
+                         f"and values {tuple(values.shape)} do not broadcast (all axes but the last two "
+                         f"must broadcast as in torch.matmul)") from None
+
+
 def naive_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                     causal: bool = False) -> torch.Tensor:
     """Softmax attention that stores the full score matrix ``(..., num_queries, num_keys)``.
@@ -101,6 +112,13 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     ``causal=True`` (as many queries as keys) skips every tile whose first key comes after
     the block's last query, and masks inside the tiles that straddle the diagonal.
 
+    ``queries`` ``(..., num_queries, d)``, ``keys`` ``(..., num_keys, d)``, ``values``
+    ``(..., num_keys, d_v)``; the leading axes broadcast as in ``torch.matmul`` (keys and
+    values may carry more of them than the queries, or fewer), and a ``ValueError`` names the
+    three shapes when they do not. With no keys (``num_keys = 0``) every query sees nothing
+    and gets an all-zero output, as in :func:`naive_attention` and
+    ``F.scaled_dot_product_attention``.
+
     Only one tile exists at a time in inference. When an input requires a gradient,
     autograd keeps every tile's scores and exponentials for the backward pass, so the
     memory of forward plus backward grows with ``num_queries * num_keys``; use
@@ -108,17 +126,21 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     """
     _check_qkv(queries, keys, values)
     _check_blocks(block_q, block_k)
+    lead = _leading_shape(queries, keys, values)
     n_q, n_k = queries.shape[-2], keys.shape[-2]
     if causal and n_q != n_k:
         raise ValueError(f"causal=True needs as many queries as keys, got {n_q} and {n_k}")
     scale = 1.0 / math.sqrt(queries.shape[-1])
-    out = queries.new_empty(*queries.shape[:-1], values.shape[-1])
+    # Zeros, not empty: with no keys the loop below never writes and the answer is zero.
+    out = queries.new_zeros(*lead, n_q, values.shape[-1])
+    if n_k == 0:
+        return out
     for q0 in range(0, n_q, block_q):
         q1 = min(q0 + block_q, n_q)
         q_blk = queries[..., q0:q1, :] * scale
-        m = q_blk.new_full((*q_blk.shape[:-1], 1), float("-inf"))
-        l = q_blk.new_zeros((*q_blk.shape[:-1], 1))
-        acc = q_blk.new_zeros((*q_blk.shape[:-1], values.shape[-1]))
+        m = q_blk.new_full((*lead, q1 - q0, 1), float("-inf"))
+        l = q_blk.new_zeros((*lead, q1 - q0, 1))
+        acc = q_blk.new_zeros((*lead, q1 - q0, values.shape[-1]))
         k_stop = q1 if causal else n_k          # tiles starting after the last query: skipped
         for k0 in range(0, k_stop, block_k):
             k1 = min(k0 + block_k, n_k)
@@ -191,7 +213,8 @@ class TiledAttentionFunction(torch.autograd.Function):
                 l = shrink * l + p.sum(dim=-1, keepdim=True)
                 acc = shrink * acc + p @ values[..., k0:k1, :]
                 m = m_new
-            out[..., q0:q1, :] = acc / l
+            # No keys at all (num_keys = 0): l is 0 and acc is 0; the output is 0, not 0 / 0.
+            out[..., q0:q1, :] = acc / l if n_k else acc
             # m and l are all the backward pass needs to rebuild any probability, and
             # m + log(l) carries both in one number per query (FlashAttention-2).
             lse[..., q0:q1] = (m + torch.log(l)).squeeze(-1)
@@ -249,7 +272,8 @@ def tiled_attention_trainable(queries: torch.Tensor, keys: torch.Tensor, values:
     ``queries`` ``(..., num_queries, d)``, ``keys`` ``(..., num_keys, d)``, ``values``
     ``(..., num_keys, d_v)``, floating point, one dtype and device; leading axes broadcast
     as in ``torch.matmul``. Forward plus backward keeps ``Q, K, V``, the output and one
-    number per query, never a ``(num_queries, num_keys)`` tensor. Raises ``ValueError``
+    number per query, never a ``(num_queries, num_keys)`` tensor. With no keys the output
+    and its gradients are zero, as in :func:`tiled_attention`. Raises ``ValueError``
     naming the argument for bad shapes, dtypes or block sizes.
     """
     _check_qkv(queries, keys, values)
@@ -266,14 +290,8 @@ def tiled_attention_trainable(queries: torch.Tensor, keys: torch.Tensor, values:
     if not queries.device == keys.device == values.device:
         raise ValueError(f"queries, keys and values need one device, got {queries.device}, {keys.device} "
                          f"and {values.device}")
-    try:
-        torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"the leading axes of queries {tuple(queries.shape)}, keys {tuple(keys.shape)} "
-                         f"and values {tuple(values.shape)} do not broadcast") from None
+    _leading_shape(queries, keys, values)
     n_q, n_k = queries.shape[-2], keys.shape[-2]
-    if n_k == 0:
-        raise ValueError(f"keys must hold at least one token, got keys of shape {tuple(keys.shape)}")
     if causal and n_q != n_k:
         raise ValueError(f"causal=True needs as many queries as keys, got queries {tuple(queries.shape)} "
                          f"and keys {tuple(keys.shape)}")

@@ -58,6 +58,30 @@ def test_tiled_attention_refuses_bad_arguments():
         eff.tiled_attention(x[:2], x, x, 2, 2, causal=True)
     with pytest.raises(ValueError, match="keys and values"):
         eff.tiled_attention(x, x, x[:3], 2, 2)
+    with pytest.raises(ValueError, match=r"leading axes.*\(2, 4, 3\).*\(3, 4, 3\).*broadcast"):
+        eff.tiled_attention(torch.randn(2, 4, 3), torch.randn(3, 4, 3), torch.randn(3, 4, 3), 2, 2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_attention_with_no_keys_returns_zeros_like_sdpa_and_naive(causal):
+    g = torch.Generator().manual_seed(3)
+    n_q = 0 if causal else 5                # causal needs as many queries as keys
+    q, k, v = torch.randn(2, n_q, 4, generator=g), torch.randn(2, 0, 4), torch.randn(2, 0, 3)
+    want = F.scaled_dot_product_attention(q, k, v)
+    assert want.shape == (2, n_q, 3) and not want.any()
+    for got in (eff.tiled_attention(q, k, v, 2, 2, causal=causal), eff.naive_attention(q, k, v, causal=causal)):
+        assert got.shape == want.shape and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("q_lead,kv_lead", [((5,), (2, 3, 5)), ((2, 1, 5), (3, 1)), ((), (4,)), ((2, 3), ())])
+def test_tiled_attention_broadcasts_leading_axes_like_sdpa(q_lead, kv_lead):
+    g = torch.Generator().manual_seed(len(q_lead) + 10 * len(kv_lead))
+    q = torch.randn(*q_lead, 6, 4, generator=g) * 2
+    k, v = torch.randn(*kv_lead, 9, 4, generator=g), torch.randn(*kv_lead, 9, 3, generator=g)
+    want = _definition(q, k, v, causal=False).float()       # torch.matmul broadcasts the leading axes
+    got = eff.tiled_attention(q, k, v, 4, 2)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("n,block", [(8, 2), (10, 4), (1, 3), (9, 9), (13, 5)])

@@ -151,10 +151,20 @@ def test_refuses_bad_arguments_naming_them():
         eff.tiled_attention_trainable(x.double(), x, x)
     with pytest.raises(ValueError, match=r"leading axes.*\(2, 4, 3\).*\(3, 4, 3\)"):
         eff.tiled_attention_trainable(torch.randn(2, 4, 3), torch.randn(3, 4, 3), torch.randn(3, 4, 3))
-    with pytest.raises(ValueError, match=r"keys.*at least one token"):
-        eff.tiled_attention_trainable(x, x[:0], x[:0])
     with pytest.raises(ValueError, match="causal"):
         eff.tiled_attention_trainable(x, x, x, causal="yes")
+
+
+def test_no_keys_give_zero_output_and_zero_gradients_like_sdpa():
+    q = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 0, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 0, 5, dtype=torch.float64, requires_grad=True)
+    out = eff.tiled_attention_trainable(q, k, v, block_q=2, block_k=2)
+    want = torch.nn.functional.scaled_dot_product_attention(q.detach(), k.detach(), v.detach())
+    assert out.shape == (2, 3, 5) and torch.equal(want, torch.zeros(2, 3, 5, dtype=torch.float64))
+    assert torch.equal(out.detach(), want)
+    out.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q)) and k.grad.shape == k.shape and v.grad.shape == v.shape
 
 
 def test_is_not_twice_differentiable():

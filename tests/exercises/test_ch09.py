@@ -18,7 +18,130 @@ import torch
 
 from attention_course.registry import all_exercises
 
-from exercise_helpers import BLAMING, assert_mistake
+from exercise_helpers import BLAMING, assert_mistake, mistake_hint, passes_everywhere, statement
+
+
+# ------------------------------------------------------------- ch09_ex1
+
+def _merge_in_float64_without_shift(out_a, lse_a, out_b, lse_b):
+    if out_a.shape != out_b.shape:
+        raise ValueError(f"out_a {tuple(out_a.shape)} and out_b {tuple(out_b.shape)} differ")
+    for name, lse in (("lse_a", lse_a), ("lse_b", lse_b)):
+        if lse.shape != out_a.shape[:-1]:
+            raise ValueError(f"{name} has shape {tuple(lse.shape)}")
+    # float64 reaches exp(709): the student trusts the wider dtype instead of shifting.
+    big_a, big_b = lse_a.to(torch.float64).exp(), lse_b.to(torch.float64).exp()
+    norm = big_a + big_b
+    out = (big_a.unsqueeze(-1) * out_a + big_b.unsqueeze(-1) * out_b) / norm.unsqueeze(-1)
+    out = torch.nan_to_num(out, nan=0.0) if bool((norm == 0).any()) else out
+    return out.to(out_a.dtype), norm.log().to(lse_a.dtype)
+
+
+def test_ch09_ex1_unshifted_float64_merge_is_named_by_its_overflow():
+    assert_mistake("ch09_ex1", _merge_in_float64_without_shift, "exp of the log-sum-exps in float64")
+    assert "709" in mistake_hint("ch09_ex1", "exp of the log-sum-exps in float64")
+
+
+def test_ch09_ex1_checks_reach_the_contracts_range_in_both_dtypes():
+    assert "up to 1,000" in statement("ch09_ex1") and "float64" in statement("ch09_ex1")
+    top = {}
+    for check in all_exercises(9)[0].checks:
+        if not check.public:
+            continue
+        for call in check.make_calls(check.seed):
+            if len(call.args) == 4 and call.args[1].shape == call.args[0].shape[:-1]:
+                for lse in (call.args[1], call.args[3]):
+                    finite = lse[torch.isfinite(lse)]
+                    if finite.numel():
+                        top[lse.dtype] = max(top.get(lse.dtype, 0.0), float(finite.max()))
+    # Past float64's exp limit (about 709.8) in both dtypes, within the contract's 1,000.
+    assert 750 < top[torch.float32] <= 1000 and 750 < top[torch.float64] <= 1000, top
+
+
+# ------------------------------------------------------------- ch09_ex2
+
+def _stats_with_block_index_last(blocks):
+    if not blocks:
+        raise ValueError("blocks is empty")
+    for block in blocks:
+        if block.shape[:-1] != blocks[0].shape[:-1]:
+            raise ValueError(f"blocks: a block of shape {tuple(block.shape)} does not fit")
+    run_max = torch.full(blocks[0].shape[:-1], -math.inf, dtype=blocks[0].dtype)
+    run_sum = torch.zeros_like(run_max)
+    history_max, history_sum = [], []
+    for block in blocks:
+        new_max = torch.maximum(run_max, block.max(dim=-1).values)
+        base = new_max.masked_fill(new_max == -math.inf, 0.0)
+        run_sum = run_sum * (run_max - base).exp() + (block - base.unsqueeze(-1)).exp().sum(-1)
+        run_max = new_max
+        history_max.append(run_max)
+        history_sum.append(run_sum)
+    return torch.stack(history_max, dim=-1), torch.stack(history_sum, dim=-1)
+
+
+def test_ch09_ex2_history_on_the_wrong_axis_is_named_not_blamed_on_overflow():
+    assert_mistake("ch09_ex2", _stats_with_block_index_last, "history stacked on the last axis",
+                   must_not=("overflow", "NaN", "inf"))
+
+
+# ------------------------------------------------------------- ch09_ex3
+
+def _student_tiles(queries, keys, values, block_size, *, last_tile_first=False, guard=True, root_of=None,
+                   normalise=True, strict_type=True):
+    """A student's tile loop; the keyword arguments switch on one mistake each."""
+    if (strict_type and (type(block_size) is not int)) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got block_size={block_size!r}")
+    n_q, n_k = queries.shape[1], keys.shape[1]
+    if n_q > n_k:
+        # The contract's words: a hint that names an error-handling mistake needs the same
+        # message as the kept mistake on every call of the error check, this one included.
+        raise ValueError(f"the queries must be the last positions of the keys' sequence, so need "
+                         f"num_queries <= num_keys; got queries with {n_q} tokens and keys with {n_k}")
+    first = n_k - n_q
+    d = queries.shape[-1] if root_of is None else root_of(queries, values)
+    tiles, rows = 0, []
+    for q_lo in range(0, n_q, block_size):
+        q_hi = min(n_q, q_lo + block_size)
+        top = torch.full((queries.shape[0], q_hi - q_lo), -math.inf, dtype=queries.dtype)
+        total = torch.zeros_like(top)
+        weighted = torch.zeros(queries.shape[0], q_hi - q_lo, values.shape[-1], dtype=values.dtype)
+        starts = [k for k in range(0, n_k, block_size) if k <= first + q_hi - 1]
+        for k_lo in (reversed(starts) if last_tile_first else starts):
+            k_hi = min(n_k, k_lo + block_size)
+            tiles += 1
+            s = torch.einsum("bqd,bkd->bqk", queries[:, q_lo:q_hi], keys[:, k_lo:k_hi]) / math.sqrt(d)
+            hidden = torch.arange(k_lo, k_hi)[None, :] > first + torch.arange(q_lo, q_hi)[:, None]
+            s = s.masked_fill(hidden, -math.inf)
+            new_top = torch.maximum(top, s.max(dim=-1).values)
+            base = new_top.masked_fill(new_top == -math.inf, 0.0) if guard else new_top
+            w = (s - base[..., None]).exp()
+            shrink = (top - base).exp()
+            total = total * shrink + w.sum(-1)
+            weighted = weighted * shrink[..., None] + torch.einsum("bqk,bkv->bqv", w, values[:, k_lo:k_hi])
+            top = new_top
+        rows.append(weighted / total[..., None] if normalise else weighted)
+    return torch.cat(rows, dim=1), tiles
+
+
+def test_ch09_ex3_a_correct_student_loop_passes():
+    # The switches below are the only difference between this loop and the mistakes.
+    passes_everywhere("ch09_ex3", _student_tiles)
+
+
+@pytest.mark.parametrize("switch,mistake", [
+    (dict(last_tile_first=True, guard=False), "key tiles in reverse order without a -inf guard"),
+    (dict(root_of=lambda q, v: v.shape[-1]), "scores scaled by the square root of d_v"),
+    (dict(normalise=False), "running output never divided by the running sum"),
+    (dict(strict_type=False), "block_size's type not checked"),
+], ids=["reverse_order_no_guard", "sqrt_of_d_v", "never_divided", "block_size_type"])
+def test_ch09_ex3_each_tiling_mistake_is_named_not_blamed_on_query_positions(switch, mistake):
+    def answer(queries, keys, values, block_size):
+        return _student_tiles(queries, keys, values, block_size, **switch)
+    assert_mistake("ch09_ex3", answer, mistake, must_not=("sits at position", "LAST"))
+
+
+def test_ch09_ex3_reverse_tile_order_with_a_guard_is_correct():
+    passes_everywhere("ch09_ex3", lambda q, k, v, bs: _student_tiles(q, k, v, bs, last_tile_first=True))
 
 
 # ------------------------------------------------------------- ch09_ex4

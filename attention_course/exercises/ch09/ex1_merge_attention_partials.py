@@ -9,9 +9,9 @@ for $B$. Write `merge_attention_partials(out_a, lse_a, out_b, lse_b)` that retur
 `(out, lse)`: the attention output over $A \cup B$ (shape and dtype of `out_a`) and its log-sum-exp
 (shape and dtype of `lse_a`).
 
-It must stay exact and finite when the log-sum-exps are in the hundreds (where $e^{x}$ overflows in
-float32). A set in which a query sees no key has `lse = -inf` and an all-zero output for that
-query: it must contribute nothing, and a query with `-inf` in both gets an all-zero output and
+It must stay exact and finite, in float32 and in float64, for log-sum-exps up to 1,000 ($e^{x}$
+overflows float32 above about 88 and float64 above about 709). A set in which a query sees no key
+has `lse = -inf` and an all-zero output for that query: it must contribute nothing, and a query with `-inf` in both gets an all-zero output and
 `lse = -inf` (never NaN). Raise `ValueError` naming `out_a` and `out_b` and giving their shapes when
 their shapes differ, and naming `lse_a` (or `lse_b`) and giving its shape when it is not
 `out_a.shape[:-1]`.
@@ -82,6 +82,36 @@ def _merge_large_calls(seed):
     g = gen(seed)
     # Scores in the hundreds: exp(lse) overflows float32 (its largest value is about exp(88.7)).
     return [_split_call(g, (2,), 3, 8, 4, 3, cut=3, scale=120.0)]
+
+
+def _shifted(call, low, high, g):
+    """The call with every query's scores raised by its own constant drawn in [low, high): the
+    outputs stay the same and both log-sum-exps rise by that constant."""
+    out_a, lse_a, out_b, lse_b = call.args
+    lift = low + (high - low) * torch.rand(lse_a.shape, generator=g, dtype=torch.float64)
+    return Call(args=(out_a, (lse_a.double() + lift).to(lse_a.dtype), out_b,
+                      (lse_b.double() + lift).to(lse_b.dtype)))
+
+
+def _merge_huge_calls(seed):
+    g = gen(seed)
+    # Log-sum-exps from 750 to 1,000, beyond even float64's exp (about exp(709.8)), in both
+    # dtypes; and one float32 call from 300 to 600, where only float32's exp overflows.
+    return [_shifted(_split_call(g, (2,), 3, 8, 4, 3, cut=3, scale=3.0), 760.0, 985.0, g),
+            _shifted(_split_call(g, (), 4, 6, 3, 2, cut=2, scale=3.0, dtype=torch.float64), 760.0, 985.0, g),
+            _shifted(_split_call(g, (), 3, 5, 4, 2, cut=3, scale=3.0), 300.0, 600.0, g)]
+
+
+def _merge_hidden_huge_calls(seed):
+    g = gen(seed)
+    calls = []
+    for dtype in (torch.float32, torch.float64):
+        lead = tuple(randint(g, 1, 3) for _ in range(randint(g, 0, 2)))
+        n_k = randint(g, 2, 9)
+        call = _split_call(g, lead, randint(g, 1, 5), n_k, randint(g, 1, 6), randint(g, 1, 4),
+                           cut=randint(g, 1, n_k - 1), scale=float(randint(g, 1, 5)), dtype=dtype)
+        calls.append(_shifted(call, 760.0, 985.0, g))
+    return calls
 
 
 def _merge_empty_calls(seed):
@@ -168,6 +198,22 @@ mistakes.add("exp of the log-sum-exps",
              "you exponentiated lse_a and lse_b directly: above about 88 that is inf in float32, and "
              "inf / inf is NaN. Subtract the larger (or the merged) lse before exponentiating.",
              _merge_checked(_merge_plain_exp))
+
+
+def _merge_float64_unshifted(out_a, lse_a, out_b, lse_b):
+    e_a, e_b = torch.exp(lse_a.double()), torch.exp(lse_b.double())
+    total = e_a + e_b
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    out = (e_a[..., None] * out_a.double() + e_b[..., None] * out_b.double()) / safe[..., None]
+    return out.to(out_a.dtype), torch.log(total).to(lse_a.dtype)
+
+
+mistakes.add("exp of the log-sum-exps in float64",
+             "you exponentiated lse_a and lse_b without subtracting anything first, in float64: that "
+             "holds up to about exp(709), so log-sum-exps near 800 still overflow to inf and inf / inf "
+             "is NaN. A wider dtype only moves the limit; subtract the larger (or the merged) lse "
+             "before exponentiating.",
+             _merge_checked(_merge_float64_unshifted))
 
 
 def _merge_max_lse(out_a, lse_a, out_b, lse_b):
@@ -277,6 +323,11 @@ register(Exercise(
         Check("scores in the hundreds (lse > 150): finite and exact", _merge_large_calls, atol=1e-4,
               hint="this check uses log-sum-exps above 150 (exp of anything above about 88 is inf in "
                    "float32): out and lse must be finite and equal those of attention over all keys."),
+        Check("log-sum-exps from 750 to 1,000 in float32 and float64 (and 300 to 600 in float32)",
+              _merge_huge_calls, atol=2e-4,
+              hint="this check raises every query's scores by a constant, so the log-sum-exps reach 750 to "
+                   "1,000 (exp overflows above about 88 in float32 and about 709 in float64) while the "
+                   "outputs stay those of attention over all keys: out and lse must be finite and equal."),
         Check("a part with no visible key (lse = -inf), and a query with none at all", _merge_empty_calls,
               hint="this check has a part with no visible key (lse = -inf) and a query with none at all: "
                    "an empty part weighs 0; a query with no visible key gets an all-zero output and "
@@ -287,6 +338,8 @@ register(Exercise(
                    "before computing; name the arguments and give their shapes."),
         Check("random sizes, leading axes and float64 (hidden)", _merge_hidden_calls, public=False,
               atol=1e-4, hint=_MERGE_HINT),
+        Check("log-sum-exps from 750 to 1,000, random sizes, float32 and float64 (hidden)",
+              _merge_hidden_huge_calls, public=False, atol=2e-4, hint=_MERGE_HINT),
         Check("large scores with empty parts", _merge_hidden_extreme_calls,
               atol=1e-4, hint=_MERGE_HINT),
     ],

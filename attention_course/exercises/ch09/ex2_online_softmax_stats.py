@@ -209,6 +209,18 @@ mistakes.add("NaN while a row is fully masked",
              _stats_checked(_stats_nan_masked))
 
 
+def _stats_on_last_axis(blocks):
+    maxima, sums = online_softmax_stats(blocks)
+    return maxima.movedim(0, -1), sums.movedim(0, -1)
+
+
+mistakes.add("history stacked on the last axis",
+             "you stacked the statistics of the successive blocks along the last axis, so they come out "
+             "as (..., len(blocks)); the block index must be the first axis: maxima[i] and sums[i] are "
+             "the statistics after block i, of shape (...).",
+             _stats_checked(_stats_on_last_axis))
+
+
 @mistakes.keep("no input check",
                "an empty list or blocks with different leading shapes must raise ValueError naming "
                "blocks (and the shape that does not fit), not fail later with another error.")

@@ -13,8 +13,8 @@ queries against a block of keys) only when at least one of its (query, key) pair
 skip it otherwise. Return the tuple `(output, tiles)`: `output`, of shape `(batch, num_queries, d_v)`
 and dtype of `queries`, equals causal attention with this mask to within 1e-5; `tiles` is a Python
 `int`, the number of tiles computed. Raise `ValueError` naming `block_size` when it is not a positive
-integer, and naming `queries` and `keys` and giving their numbers of tokens when
-`num_queries > num_keys`.
+integer (a Python `int` of at least 1: `2.0` and `True` are not), and naming `queries` and `keys`
+and giving their numbers of tokens when `num_queries > num_keys`.
 """
 from __future__ import annotations
 
@@ -103,12 +103,13 @@ def _tiled_bad_calls(seed):
     g = gen(seed)
     q, k, v = torch.randn(1, 6, 4, generator=g), torch.randn(1, 4, 4, generator=g), torch.randn(1, 4, 2, generator=g)
     q_ok = torch.randn(1, 3, 4, generator=g)
-    return [Call(args=(q, k, v, 2)), Call(args=(q_ok, k, v, 0))]
+    return [Call(args=(q, k, v, 2)), Call(args=(q_ok, k, v, 0)), Call(args=(q_ok, k, v, 2.0)),
+            Call(args=(q_ok, k, v, True))]
 
 
 def _tiled_must_mention(call):
     queries, keys, _, block_size = call.args
-    if isinstance(block_size, int) and block_size < 1:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         return ["block_size"]
     return ["queries", "keys", str(queries.shape[-2]), str(keys.shape[-2])]
 
@@ -145,11 +146,18 @@ def _tiled_checked(body):
     return impl
 
 
-def _tiled_generic(queries, keys, values, block_size, visible_pair, computes_tile, rescale=True):
-    """Tile loop with pluggable rules: visible_pair(query_pos, key_idx), computes_tile(q0, q1, k0, k1)."""
+def _tiled_generic(queries, keys, values, block_size, visible_pair, computes_tile, rescale=True,
+                   reverse=False, guard=True, scale_dim=-1, divide=True):
+    """Tile loop with pluggable rules: visible_pair(query_pos, key_idx), computes_tile(q0, q1, k0, k1);
+    key tiles visited last to first when reverse; no -inf guard on the shift when not guard; scores
+    divided by the square root of the size of queries' axis -1 (values' when scale_dim == "v");
+    the running output divided by the running sum at the end when divide."""
     n_q, n_k = queries.shape[-2], keys.shape[-2]
     offset = n_k - n_q
-    scale = 1.0 / math.sqrt(queries.shape[-1])
+    scale = 1.0 / math.sqrt(values.shape[-1] if scale_dim == "v" else queries.shape[-1])
+    key_starts = list(range(0, n_k, block_size))
+    if reverse:
+        key_starts.reverse()
     pieces, tiles = [], 0
     for q0 in range(0, n_q, block_size):
         q1 = min(q0 + block_size, n_q)
@@ -157,7 +165,7 @@ def _tiled_generic(queries, keys, values, block_size, visible_pair, computes_til
         m = torch.full((*q.shape[:-1], 1), NEG_INF, dtype=q.dtype)
         l = torch.zeros_like(m)
         acc = torch.zeros(*q.shape[:-1], values.shape[-1], dtype=values.dtype)
-        for k0 in range(0, n_k, block_size):
+        for k0 in key_starts:
             k1 = min(k0 + block_size, n_k)
             if not computes_tile(offset, q0, q1, k0, k1):
                 continue
@@ -167,13 +175,13 @@ def _tiled_generic(queries, keys, values, block_size, visible_pair, computes_til
             key = torch.arange(k0, k1)[None, :]
             s = s.masked_fill(~visible_pair(offset, pos, key), NEG_INF)
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-            safe = torch.nan_to_num(m_new, neginf=0.0)
+            safe = torch.nan_to_num(m_new, neginf=0.0) if guard else m_new
             p = torch.exp(s - safe)
             factor = torch.exp(m - safe) if rescale else torch.ones_like(m)
             l = l * factor + p.sum(dim=-1, keepdim=True)
             acc = acc * factor + p @ values[..., k0:k1, :]
             m = m_new
-        pieces.append(acc / l)
+        pieces.append(acc / l if divide else acc)
     return torch.cat(pieces, dim=-2), tiles
 
 
@@ -212,6 +220,45 @@ _tiled_no_rescale = mistakes.add("running output not rescaled",
                                  "output must be multiplied by exp(m - m_new) before the tile's terms are added.",
                                  _tiled_checked(lambda q, k, v, bs: _tiled_generic(
                  q, k, v, bs, _with_offset, _tile_has_visible, rescale=False)))
+
+
+mistakes.add("key tiles in reverse order without a -inf guard",
+             "you visited the key tiles from last to first: a query's first tile can then hide all its "
+             "keys, so its running maximum is still -inf and exp(score - max) is exp(-inf - (-inf)) = NaN. "
+             "Shift by 0 while the maximum is -inf (or visit the tiles from the first key on).",
+             _tiled_checked(lambda q, k, v, bs: _tiled_generic(
+                 q, k, v, bs, _with_offset, _tile_has_visible, reverse=True, guard=False)))
+
+
+mistakes.add("scores scaled by the square root of d_v",
+             "you divided the scores by the square root of the values' size d_v; the scale is the "
+             "square root of d, the size of the queries and keys.",
+             _tiled_checked(lambda q, k, v, bs: _tiled_generic(
+                 q, k, v, bs, _with_offset, _tile_has_visible, scale_dim="v")))
+
+
+mistakes.add("running output never divided by the running sum",
+             "you returned the running output as it is: it holds the values weighted by exp(score - max), "
+             "which do not sum to 1. Divide it by the running sum at the end of each block of queries.",
+             _tiled_checked(lambda q, k, v, bs: _tiled_generic(
+                 q, k, v, bs, _with_offset, _tile_has_visible, divide=False)))
+
+
+def _validate_tiled_loosely(queries, keys, values, block_size):
+    if block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got block_size={block_size!r}")
+    n_q, n_k = queries.shape[-2], keys.shape[-2]
+    if n_q > n_k:
+        raise ValueError(f"the queries must be the last positions of the keys' sequence, so need "
+                         f"num_queries <= num_keys; got queries with {n_q} tokens and keys with {n_k}")
+
+
+@mistakes.keep("block_size's type not checked",
+               "block_size must be a Python int of at least 1: a float such as 2.0 or the bool True must "
+               "raise ValueError naming block_size too, not fail later or be taken as 1.")
+def _tiled_loose_block_size(queries, keys, values, block_size):
+    _validate_tiled_loosely(queries, keys, values, block_size)
+    return _tiled_generic(queries, keys, values, block_size, _with_offset, _tile_has_visible)
 
 
 @mistakes.keep("no input check",
@@ -334,6 +381,12 @@ alternatives.add("mask first",
                  _tiled_checked(_alt_tiled_mask_first))
 
 
+alternatives.add("key tiles last to first, guarded",
+                 "key tiles visited in reverse order, shift by 0 while a query's maximum is -inf",
+                 _tiled_checked(lambda q, k, v, bs: _tiled_generic(
+                     q, k, v, bs, _with_offset, _tile_has_visible, reverse=True, guard=True)))
+
+
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
@@ -342,10 +395,10 @@ register(Exercise(
     checks=[
         Check("as many queries as keys: blocks of 2, 7 (one tile) and 3", _tiled_square_calls, hint=_TILED_HINT),
         Check("fewer queries than keys (offset): 3 of 8, 1 of 6, 4 of 9", _tiled_offset_calls, hint=_TILED_HINT),
-        Check("more queries than keys, or block_size 0, raise ValueError", _tiled_bad_calls,
+        Check("more queries than keys, or block_size 0, 2.0 or True, raise ValueError", _tiled_bad_calls,
               must_mention=_tiled_must_mention, weight=0.5,
-              hint="check block_size >= 1 and num_queries <= num_keys first; name block_size, or queries "
-                   "and keys with their numbers of tokens."),
+              hint="check that block_size is an int (not a bool) of at least 1 and that num_queries <= "
+                   "num_keys first; name block_size, or queries and keys with their numbers of tokens."),
         Check("random sizes and block sizes (hidden)", _tiled_hidden_calls, public=False, hint=_TILED_HINT),
         Check("sharp scores and float64", _tiled_hidden_sharp_calls, hint=_TILED_HINT),
         Check("block_size 1 (every key its own tile) and a block wider than all the keys", _tiled_extreme_block_calls,
