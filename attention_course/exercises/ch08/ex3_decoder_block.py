@@ -13,8 +13,8 @@ own.)
 must not attend) and a `torch.bool` `key_padding_mask` `(batch, src_len)` (`True` at the source
 padding), and returns `(batch, tgt_len, d_model)`. The block uses `self_mask` as given: it hides
 exactly the pairs `self_mask` marks `True` and adds no causal mask of its own. In a decoder,
-`self_mask` is the mask of Exercise 1; the checks also pass masks that are not causal (the
-padding only). The output is computed in the pre-LN order:
+`self_mask` is the causal mask combined with the target padding (Exercise 1 builds one for left
+padding); the checks also pass masks that are not causal (the padding only). The output is computed in the pre-LN order:
 
 1. `x = x + self_attn(...)` with queries, keys and values from `norm1(x)` and `self_mask`;
 2. `x = x + cross_attn(...)` with queries from `norm2(x)`, keys and values from `memory` as it
