@@ -234,7 +234,7 @@ def test_ch08_ex2_all_padding_hint_is_neutral(variant):
 
 # ------------------------------------------------------------------ ch08_ex3
 
-def _student_block(or_causal=False):
+def _student_block(or_causal=False, kpm_as_lengths=False):
     class Attn(nn.Module):
         def __init__(self, d_model, num_heads):
             super().__init__()
@@ -262,6 +262,10 @@ def _student_block(or_causal=False):
 
         def forward(self, x, memory, self_mask, key_padding_mask):
             mask = self_mask
+            if kpm_as_lengths:        # the source padding read as right padding
+                src_len = memory.shape[1]
+                valid = (~key_padding_mask).sum(-1, keepdim=True)
+                key_padding_mask = torch.arange(src_len)[None, :] >= valid
             if or_causal:
                 t = x.shape[1]
                 mask = mask | torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
@@ -285,6 +289,17 @@ def test_ch08_ex3_causal_mask_ored_onto_self_mask_fails_with_its_hint():
                                          "a source that is all padding, and a target whose self_mask hides every key"]
     assert {r.hint for r in public} == {mistake_hint("ch08_ex3", "a causal mask added to self_mask")}
     assert failed_hidden_somewhere("ch08_ex3", answer, seeds=SEEDS)
+
+
+def test_ch08_ex3_key_padding_mask_read_as_lengths_fails():
+    """Issue 19: like ch08_ex2, the block takes a key_padding_mask of any pattern; one public check
+    passes a left-padded source."""
+    answer = _student_block(kpm_as_lengths=True)
+    public = failed_checks("ch08_ex3", answer)
+    assert [r.check for r in public] == ["3 heads: gradients with respect to x and memory"]
+    assert public[0].hint == check_hint("ch08_ex3", "3 heads: gradients")
+    assert failed_hidden_somewhere("ch08_ex3", answer, seeds=SEEDS)
+    assert "in any pattern" in statement("ch08_ex3")
 
 
 def test_ch08_ex3_contract_says_self_mask_is_used_as_given():
