@@ -428,6 +428,18 @@ def test_ch08_ex5_reencoding_still_gets_its_hint():
     assert public and all(r.mistake == "encoder run at every step" for r in public)
 
 
+def test_ch08_ex4_a_wrong_count_is_not_blamed_on_its_type():
+    """Issue 19: the type check also fails an int count of the wrong value (it must not pass an empty
+    dict), and its hint spoke of types only; it now says that the values come first."""
+    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab):
+        out = _student_shapes()(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab)
+        out["num_parameters"] += 128 * d_model       # the positional table counted as parameters
+        return out
+    typed = [r for r in failed_checks("ch08_ex4", encoder_decoder_shapes) if r.check.startswith("num_parameters is")]
+    assert typed and "wrong value" in typed[0].reason
+    assert "values first" in typed[0].hint
+
+
 def test_ch08_ex4_an_empty_dict_does_not_pass_the_type_check():
     """Issue 21: the type check skipped missing keys, so an empty dict (or constants) earned its points."""
     def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab):
