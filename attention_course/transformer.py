@@ -119,8 +119,10 @@ class MaskedMultiHeadAttention(mh.MultiHeadAttention):
     * queries come from ``x`` ``(batch, num_queries, d_model)``; keys and values from
       ``memory`` ``(batch, num_keys, d_model)``, or from ``x`` when ``memory`` is None;
     * ``mask`` (bool, ``(num_queries, num_keys)`` or ``(batch, num_queries, num_keys)``),
-      ``key_padding_mask`` (bool, ``(batch, num_keys)``) and ``causal`` (the parent's buffer)
-      are combined with "or": a key is hidden if any of them hides it;
+      ``key_padding_mask`` (bool, ``(batch, num_keys)``, True at the keys to hide, in any
+      pattern: right, left or scattered padding; it is used entry by entry, never read as
+      lengths) and ``causal`` (the parent's buffer) are combined with "or": a key is hidden if
+      any of them hides it;
     * returns ``(batch, num_queries, d_model)``, and with ``return_weights`` also the weights
       ``(batch, num_heads, num_queries, num_keys)`` before dropout.
     """

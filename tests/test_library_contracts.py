@@ -44,9 +44,6 @@ CONTRADICTIONS = [
     ("ch05_ex1", transformer.causal_mask,
      "non-positive sizes raise ValueError naming num_tokens",
      "tf.causal_mask(0) returns an empty (0, 0) mask and tf.causal_mask(-2) raises RuntimeError"),
-    ("ch08_ex1", transformer.decoder_self_mask,
-     "tgt_lens not 1-D (a row, a column, 0-d) or out of range (too large, negative) raises ValueError naming it",
-     "tf.decoder_self_mask checks its lengths through padding_mask, whose messages name `lens`"),
 ]
 
 

@@ -21,6 +21,14 @@ From issue 10, the findings of the independent chapter-8 solver "d":
   compare values only, so a list fails the type check alone, like a float);
 * ch08_ex5: the encode-once check no longer blames re-encoding for int32 tokens or a dropped
   <eos>; clearing the <eos> step itself is a kept mistake with its own hint.
+
+From issue 19 (an expert review):
+
+* ch08_ex1 is now a transfer exercise, the decoder's mask for left-padded targets (the chapter
+  prints the right-padded one); an answer that refuses a length of 0 is told about length 0;
+  the right-padding mask and the causal mask alone are kept mistakes with their own hints;
+* ch08_ex2's contract allows any key padding pattern, and its public checks include a
+  left-padded mask and one with holes: an answer that turns the mask into lengths fails them.
 """
 import math
 
@@ -40,8 +48,9 @@ from exercise_helpers import (SEEDS, check_hint, failed_checks, failed_hidden_so
 
 # ------------------------------------------------------------------ ch08_ex1
 
-def _student_mask(accept_0d=False, accept_column=False, check_negative=True, shape_text=None):
-    def decoder_self_mask(tgt_lens, num_tokens):
+def _student_mask(accept_0d=False, accept_column=False, check_negative=True, shape_text=None,
+                  reject_empty=False, padding="left"):
+    def left_padded_self_mask(tgt_lens, num_tokens):
         if accept_0d and tgt_lens.dim() == 0:
             tgt_lens = tgt_lens.reshape(1)
         if accept_column and tgt_lens.dim() == 2 and tgt_lens.shape[1] == 1:
@@ -53,11 +62,18 @@ def _student_mask(accept_0d=False, accept_column=False, check_negative=True, sha
         negative = (tgt_lens < 0).any() if check_negative else False
         if too_big or negative:
             raise ValueError(f"tgt_lens must lie in [0, {num_tokens}] for num_tokens={num_tokens}")
+        if reject_empty and (tgt_lens < 1).any():
+            raise ValueError("every target needs at least one token")
         i = torch.arange(num_tokens)
         future = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
-        pad = i.view(1, 1, -1) >= tgt_lens.view(-1, 1, 1)
+        if padding == "left":
+            pad = i.view(1, 1, -1) < (num_tokens - tgt_lens).view(-1, 1, 1)
+        elif padding == "right":
+            pad = i.view(1, 1, -1) >= tgt_lens.view(-1, 1, 1)
+        else:                          # the causal mask alone: the right-padding shortcut
+            pad = torch.zeros(len(tgt_lens), 1, num_tokens, dtype=torch.bool)
         return future.unsqueeze(0) | pad
-    return decoder_self_mask
+    return left_padded_self_mask
 
 
 def test_ch08_ex1_correct_answer_passes_with_any_printed_shape():
@@ -85,6 +101,34 @@ def test_ch08_ex1_contract_names_the_invalid_shapes():
     assert "0-d" in cell and "(batch, 1)" in cell
 
 
+def test_ch08_ex1_rejecting_length_0_is_told_about_length_0():
+    """Issue 19: an answer that refused a length of 0 was told about the entries of the mask."""
+    answer = _student_mask(reject_empty=True)     # its own words, not the kept mistake's
+    public = failed_checks("ch08_ex1", answer)
+    assert [r.check for r in public] == ["an all-padding target (length 0) beside targets of lengths 3 and 1"]
+    assert "raised ValueError" in public[0].reason
+    assert "length of 0 is allowed" in public[0].hint and "entry [b, i, j]" not in public[0].hint
+    assert failed_hidden_somewhere("ch08_ex1", answer)
+
+
+@pytest.mark.parametrize("padding,mistake", [("right", "padding on the right"),
+                                             ("none", "causal mask only")])
+def test_ch08_ex1_right_padding_answers_fail_with_their_hint(padding, mistake):
+    """Chapter 8 shows that with right padding the causal mask alone hides the padding from every
+    real query; with left padding it does not, and neither does a right-padding mask."""
+    answer = _student_mask(padding=padding)
+    public = failed_checks("ch08_ex1", answer)
+    assert public and all(r.mistake == mistake and r.hint == mistake_hint("ch08_ex1", mistake)
+                          for r in public), [r.line() for r in public]
+    assert failed_hidden_somewhere("ch08_ex1", answer)
+
+
+def test_ch08_ex1_contract_asks_for_left_padding():
+    cell = statement("ch08_ex1")
+    assert "left_padded_self_mask(tgt_lens, num_tokens)" in cell and "**left**" in cell
+    assert "`num_tokens - tgt_lens[b]` padding positions followed by" in cell
+
+
 # ------------------------------------------------------------------ ch08_ex2
 
 def _student_cross(variant="correct"):
@@ -103,6 +147,9 @@ def _student_cross(variant="correct"):
             if tuple(key_padding_mask.shape) != (b, nk):
                 raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, "
                                  f"expected {(b, nk)}")
+            if variant == "mask as lengths":      # valid keys counted, then hidden from there on
+                src_lens = key_padding_mask.logical_not().long().sum(-1)
+                key_padding_mask = torch.arange(nk).expand(b, nk) >= src_lens.unsqueeze(-1)
             q = self.W_query(x).view(b, nq, self.h, self.e).transpose(1, 2)
             k = self.W_key(memory).view(b, nk, self.h, self.e).transpose(1, 2)
             value_layer = self.W_key if variant == "values from W_key" else self.W_value
@@ -142,6 +189,36 @@ def test_ch08_ex2_typical_mistakes_get_their_own_hint(variant, mistake):
     assert failed_hidden_somewhere("ch08_ex2", answer)
 
 
+def test_ch08_ex2_mask_turned_into_lengths_fails_a_public_check_with_its_hint():
+    """Issue 19: an answer that read key_padding_mask as right-padded lengths passed every check,
+    public and hidden; the contract now allows any pattern and the public checks include a
+    left-padded mask and one with holes."""
+    answer = _student_cross("mask as lengths")
+    public = failed_checks("ch08_ex2", answer)
+    assert [r.check for r in public] == ["3 heads: left-padded sources of lengths 5, 3 and 1 (the padding first)",
+                                         "2 heads: padded keys scattered between valid ones"]
+    assert all(r.mistake == "mask turned into lengths" and r.hint == mistake_hint("ch08_ex2", "mask turned into lengths")
+               for r in public), [r.line() for r in public]
+    assert failed_hidden_somewhere("ch08_ex2", answer, seeds=SEEDS)
+
+
+def test_ch08_ex2_contract_allows_any_padding_pattern():
+    cell = statement("ch08_ex2")
+    assert "any pattern" in cell and "left padding" in cell and "scattered" in cell
+    assert "`torch.bool`" in cell and "`True` at the padded keys" in cell
+
+
+def test_ch08_ex2_package_layer_hides_any_pattern():
+    """The chapter's own layer, tf.MaskedMultiHeadAttention, meets the contract for any pattern."""
+    torch.manual_seed(0)
+    layer = tf.MaskedMultiHeadAttention(4, 2)
+    x, memory = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
+    holes = torch.tensor([[True, False, True, False, True], [False, False, True, True, False]])
+    _, weights = layer(x, memory, key_padding_mask=holes, return_weights=True)
+    assert torch.all(weights.masked_select(holes[:, None, None, :].expand_as(weights)) == 0)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 2, 3))
+
+
 @pytest.mark.parametrize("variant", ["softmax over queries", "values from W_key", "averaged weights",
                                      "no transpose back"])
 def test_ch08_ex2_all_padding_hint_is_neutral(variant):
@@ -157,7 +234,7 @@ def test_ch08_ex2_all_padding_hint_is_neutral(variant):
 
 # ------------------------------------------------------------------ ch08_ex3
 
-def _student_block(or_causal=False):
+def _student_block(or_causal=False, kpm_as_lengths=False):
     class Attn(nn.Module):
         def __init__(self, d_model, num_heads):
             super().__init__()
@@ -185,6 +262,10 @@ def _student_block(or_causal=False):
 
         def forward(self, x, memory, self_mask, key_padding_mask):
             mask = self_mask
+            if kpm_as_lengths:        # the source padding read as right padding
+                src_len = memory.shape[1]
+                valid = (~key_padding_mask).sum(-1, keepdim=True)
+                key_padding_mask = torch.arange(src_len)[None, :] >= valid
             if or_causal:
                 t = x.shape[1]
                 mask = mask | torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
@@ -208,6 +289,17 @@ def test_ch08_ex3_causal_mask_ored_onto_self_mask_fails_with_its_hint():
                                          "a source that is all padding, and a target whose self_mask hides every key"]
     assert {r.hint for r in public} == {mistake_hint("ch08_ex3", "a causal mask added to self_mask")}
     assert failed_hidden_somewhere("ch08_ex3", answer, seeds=SEEDS)
+
+
+def test_ch08_ex3_key_padding_mask_read_as_lengths_fails():
+    """Issue 19: like ch08_ex2, the block takes a key_padding_mask of any pattern; one public check
+    passes a left-padded source."""
+    answer = _student_block(kpm_as_lengths=True)
+    public = failed_checks("ch08_ex3", answer)
+    assert [r.check for r in public] == ["3 heads: gradients with respect to x and memory"]
+    assert public[0].hint == check_hint("ch08_ex3", "3 heads: gradients")
+    assert failed_hidden_somewhere("ch08_ex3", answer, seeds=SEEDS)
+    assert "in any pattern" in statement("ch08_ex3")
 
 
 def test_ch08_ex3_contract_says_self_mask_is_used_as_given():
@@ -334,6 +426,18 @@ def test_ch08_ex5_eos_step_cleared_is_a_kept_mistake():
 def test_ch08_ex5_reencoding_still_gets_its_hint():
     public = failed_checks("ch08_ex5", _student_greedy("re-encode"))
     assert public and all(r.mistake == "encoder run at every step" for r in public)
+
+
+def test_ch08_ex4_a_wrong_count_is_not_blamed_on_its_type():
+    """Issue 19: the type check also fails an int count of the wrong value (it must not pass an empty
+    dict), and its hint spoke of types only; it now says that the values come first."""
+    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab):
+        out = _student_shapes()(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab)
+        out["num_parameters"] += 128 * d_model       # the positional table counted as parameters
+        return out
+    typed = [r for r in failed_checks("ch08_ex4", encoder_decoder_shapes) if r.check.startswith("num_parameters is")]
+    assert typed and "wrong value" in typed[0].reason
+    assert "values first" in typed[0].hint
 
 
 def test_ch08_ex4_an_empty_dict_does_not_pass_the_type_check():

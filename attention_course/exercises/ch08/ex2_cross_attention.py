@@ -7,7 +7,10 @@ the parameters `W_query`, `W_key`, `W_value` (each `nn.Linear(d_model, d_model, 
 
 `forward(x, memory, key_padding_mask)` takes the decoder side `x` `(batch, num_queries, d_model)`,
 the encoder output `memory` `(batch, num_keys, d_model)` and a `torch.bool` tensor
-`key_padding_mask` `(batch, num_keys)`, `True` at the padded keys. The queries are `W_query(x)`,
+`key_padding_mask` `(batch, num_keys)`, `True` at the padded keys, `False` at the keys a query may
+read. The mask may have any pattern: the padding of a source may come at its end (right padding),
+at its start (left padding) or at positions scattered in between, and key `j` of source `b` is
+hidden exactly where `key_padding_mask[b, j]` is `True`. The queries are `W_query(x)`,
 the keys `W_key(memory)`, the values `W_value(memory)`, each split into heads; each head's scores
 are divided by the square root of `head_dim`; padded keys get weight exactly 0, and a query whose keys
 are all padding gets all-zero weights (no NaN, in the forward or the backward pass); the heads'
@@ -27,7 +30,7 @@ import torch.nn.functional as F
 from ... import transformer as tf
 from ...registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
-from ._common import _Attention, _heads_of, _kpm, _lens
+from ._common import _Attention, _heads_of, _kpm
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -86,6 +89,25 @@ def _cross_square_calls(seed):
                  args=(x, memory, _kpm(torch.tensor([4, 1, 3]), 4)))]
 
 
+def _cross_left_calls(seed):
+    g = gen(seed)
+    d_model, heads = 6, 3
+    x, memory = torch.randn(3, 2, d_model, generator=g), torch.randn(3, 5, d_model, generator=g)
+    left = _kpm(torch.tensor([5, 3, 1]), 5).flip(-1)       # sources of lengths 5, 3, 1, padding first
+    return [Call(init_args=(d_model, heads), init_seed=seed, state_dict=_cross_state(g, d_model),
+                 args=(x, memory, left))]
+
+
+def _cross_holes_calls(seed):
+    g = gen(seed)
+    d_model, heads = 4, 2
+    x, memory = torch.randn(2, 3, d_model, generator=g), torch.randn(2, 6, d_model, generator=g)
+    holes = torch.tensor([[False, True, False, True, True, False],
+                          [True, False, False, True, False, True]])
+    return [Call(init_args=(d_model, heads), init_seed=seed, state_dict=_cross_state(g, d_model),
+                 args=(x, memory, holes))]
+
+
 def _cross_empty_calls(seed):
     g = gen(seed)
     d_model, heads = 4, 2
@@ -108,19 +130,24 @@ def _cross_hidden_calls(seed):
     g = gen(seed)
     heads, head_dim = randint(g, 1, 4), randint(g, 1, 3)
     d_model = heads * head_dim
-    batch, num_queries, num_keys = randint(g, 1, 4), randint(g, 1, 6), randint(g, 2, 7)
-    lens = _lens(g, batch, num_keys, low=0)
+    batch, num_queries, num_keys = randint(g, 2, 4), randint(g, 1, 6), randint(g, 3, 7)
+    # Any pattern: source 0 left-padded, source 1 right-padded (possibly all padding), the rest at random.
+    mask = torch.rand(batch, num_keys, generator=g) < 0.4
+    positions = torch.arange(num_keys)
+    mask[0] = positions < randint(g, 1, num_keys - 1)
+    mask[1] = positions >= randint(g, 0, num_keys)
     return [Call(init_args=(d_model, heads), init_seed=seed, state_dict=_cross_state(g, d_model),
                  args=(torch.randn(batch, num_queries, d_model, generator=g),
-                       torch.randn(batch, num_keys, d_model, generator=g), _kpm(lens, num_keys)),
+                       torch.randn(batch, num_keys, d_model, generator=g), mask),
                  grads_of=(0, 1))]
 
 
 _CROSS_HINT = ("the output and the weights (batch, num_heads, num_queries, num_keys) are compared: queries "
                "come from x, keys and values from memory, each through its own projection; each is split "
-               "into heads, each head's scores are scaled by the square root of head_dim, the padded keys "
-               "are hidden before the softmax over the keys, and the heads' results are merged back in "
-               "order (feature h * head_dim + i from head h) and passed through out_proj.")
+               "into heads, each head's scores are scaled by the square root of head_dim, the keys where "
+               "key_padding_mask is True (wherever they lie) are hidden before the softmax over the keys, "
+               "and the heads' results are merged back in order (feature h * head_dim + i from head h) and "
+               "passed through out_proj.")
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
@@ -140,6 +167,9 @@ def _cross_variant(keys_from_queries=False, scale_by="head_dim", mask="keys", fi
             d = self.head_dim if scale_by == "head_dim" else d_model
             scores = q @ k.transpose(-2, -1) / math.sqrt(d)
             hidden = key_padding_mask[:, None, None, :]
+            if mask == "lengths":                  # the mask read as right padding: count the valid keys
+                valid_lens = (~key_padding_mask).sum(dim=-1)
+                hidden = (torch.arange(key_padding_mask.shape[-1])[None, :] >= valid_lens[:, None])[:, None, None, :]
             if mask == "inverted":
                 hidden = ~hidden
             if mask == "none":
@@ -204,6 +234,14 @@ mistakes.add("heads merged without moving the heads axis back",
              "(batch, num_queries, d_model): move the heads axis next to head_dim first (transpose(1, 2)) "
              "so that feature h * head_dim + i of query q comes from head h.",
              _cross_variant(merge="reshape"))
+
+
+mistakes.add("mask turned into lengths",
+             "your weights match a mask rebuilt from lengths (the number of valid keys of each source, "
+             "hidden from that position on), which is right for right padding only; the padding may lie "
+             "anywhere (at the start of a source, or scattered), so hide key j of source b exactly where "
+             "key_padding_mask[b, j] is True.",
+             _cross_variant(mask="lengths"))
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
@@ -361,6 +399,9 @@ register(Exercise(
               _cross_main_calls, hint=_CROSS_HINT),
         Check("4 heads: as many queries as keys, source lengths 4, 1 and 3", _cross_square_calls,
               hint=_CROSS_HINT),
+        Check("3 heads: left-padded sources of lengths 5, 3 and 1 (the padding first)", _cross_left_calls,
+              hint=_CROSS_HINT),
+        Check("2 heads: padded keys scattered between valid ones", _cross_holes_calls, hint=_CROSS_HINT),
         Check("a source that is all padding: zero weights, no NaN, gradients for x and memory",
               _cross_empty_calls,
               hint="this check compares the output, the weights and the gradients for x and memory on a "
@@ -371,7 +412,7 @@ register(Exercise(
               _cross_bad_calls, must_mention=lambda call: ["key_padding_mask", tuple(call.args[2].shape)],
               hint="compare key_padding_mask.shape with (batch, num_keys) before using it; name "
                    "key_padding_mask and its shape in the message.", weight=0.5),
-        Check("random sizes and source lengths, with gradients (hidden)", _cross_hidden_calls, public=False,
+        Check("random sizes and key padding patterns (left, right, scattered), with gradients (hidden)", _cross_hidden_calls, public=False,
               hint=_CROSS_HINT),
     ],
     mistakes=list(mistakes),

@@ -11,10 +11,10 @@ own.)
 `forward(x, memory, self_mask, key_padding_mask)` takes `x` `(batch, tgt_len, d_model)`, `memory`
 `(batch, src_len, d_model)`, a `torch.bool` `self_mask` `(batch, tgt_len, tgt_len)` (`True` =
 must not attend) and a `torch.bool` `key_padding_mask` `(batch, src_len)` (`True` at the source
-padding), and returns `(batch, tgt_len, d_model)`. The block uses `self_mask` as given: it hides
+padding, in any pattern, as in Exercise 2), and returns `(batch, tgt_len, d_model)`. The block uses `self_mask` as given: it hides
 exactly the pairs `self_mask` marks `True` and adds no causal mask of its own. In a decoder,
-`self_mask` is the mask of Exercise 1; the checks also pass masks that are not causal (the
-padding only). The output is computed in the pre-LN order:
+`self_mask` is the causal mask combined with the target padding (Exercise 1 builds one for left
+padding); the checks also pass masks that are not causal (the padding only). The output is computed in the pre-LN order:
 
 1. `x = x + self_attn(...)` with queries, keys and values from `norm1(x)` and `self_mask`;
 2. `x = x + cross_attn(...)` with queries from `norm2(x)`, keys and values from `memory` as it
@@ -95,12 +95,15 @@ def _padding_self_mask(tgt_lens, tgt_len):
 
 
 def _block_call(g, seed, batch, tgt_len, src_len, d_model, heads, d_ff, tgt_lens, src_lens, causal=True,
-                **extra):
+                src_left=False, **extra):
     x = 2.0 * torch.randn(batch, tgt_len, d_model, generator=g) + 1.0
     memory = torch.randn(batch, src_len, d_model, generator=g)
     self_mask = tf.decoder_self_mask(tgt_lens, tgt_len) if causal else _padding_self_mask(tgt_lens, tgt_len)
+    key_padding_mask = _kpm(src_lens, src_len)
+    if src_left:                # the source padding first: key_padding_mask may have any pattern
+        key_padding_mask = key_padding_mask.flip(-1)
     return Call(init_args=(d_model, heads, d_ff), init_seed=seed, state_dict=_block_state(g, d_model, d_ff),
-                args=(x, memory, self_mask, _kpm(src_lens, src_len)), **extra)
+                args=(x, memory, self_mask, key_padding_mask), **extra)
 
 
 def _block_main_calls(seed):
@@ -111,7 +114,7 @@ def _block_main_calls(seed):
 
 def _block_grad_calls(seed):
     g = gen(seed)
-    return [_block_call(g, seed, 2, 3, 4, 6, 3, 12, torch.tensor([3, 3]), torch.tensor([4, 2]),
+    return [_block_call(g, seed, 2, 3, 4, 6, 3, 12, torch.tensor([3, 3]), torch.tensor([4, 2]), src_left=True,
                         grads_of=(0, 1))]
 
 
@@ -141,7 +144,7 @@ def _block_hidden_calls(seed):
                          _lens(g, batch, tgt_len), _lens(g, batch, src_len), grads_of=(0, 1))]
     # the same sizes with a self_mask that is not causal (padding only): the block uses self_mask as given
     calls.append(_block_call(g, seed, batch, tgt_len, src_len, d_model, heads, randint(g, 4, 12),
-                             _lens(g, batch, tgt_len), _lens(g, batch, src_len), causal=False))
+                             _lens(g, batch, tgt_len), _lens(g, batch, src_len), causal=False, src_left=True))
     return calls
 
 

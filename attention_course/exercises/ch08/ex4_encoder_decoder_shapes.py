@@ -175,8 +175,10 @@ _SHAPES_HINT = ("every shape and num_parameters are compared with those of tf.Tr
                 "(two per encoder block, three per decoder block, one after each stack) included.")
 
 
-_SHAPES_TYPE_HINT = ("num_parameters must be a Python int (not a float or a tensor), and every shape a tuple "
-                     "of Python ints (a torch.Size is one; a list, floats or tensors are not).")
+_SHAPES_TYPE_HINT = ("this check reads the first check's call again and asks for its values first (the reason "
+                     "above says which one differs, if any); once they are right, num_parameters must be a "
+                     "Python int (not a float or a tensor), and every shape a tuple of Python ints (a "
+                     "torch.Size is one; a list, floats or tensors are not).")
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
