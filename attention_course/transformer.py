@@ -423,7 +423,7 @@ def train_scheduled(model: nn.Module, train: Batches, *, val: Optional[Batches] 
                     max_steps: Optional[int] = None, max_seconds: Optional[float] = None,
                     batch_size: int = 32, lr: float = 3e-3, warmup: int = 100, decay: bool = True,
                     clip: float = 1.0, eval_every: int = 100, seed: int = 0, progress: str = "none",
-                    file=None) -> list:
+                    file=None, evaluate=None) -> list:
     """Chapter 7's training recipe with a learning-rate schedule, for any model with the
     ``Seq2Seq`` interface (the Transformer and the Bahdanau model alike).
 
@@ -435,7 +435,9 @@ def train_scheduled(model: nn.Module, train: Batches, *, val: Optional[Batches] 
     not counted; with both, whichever ends first; the cosine follows the one given, the steps if
     both are). Every ``eval_every`` steps and at the end the exact match on ``val`` is measured.
     Returns the history, dicts ``{"step", "seconds", "loss", "val_acc", "lr"}``. ``progress``:
-    ``"lines"`` prints one line per evaluation, ``"none"`` nothing.
+    ``"lines"`` prints one line per evaluation, ``"none"`` nothing. ``evaluate``, if given, is
+    called as ``evaluate(model, step)`` at every evaluation (its time not counted) and the dict
+    it returns is merged into that entry of the history, as in Chapter 7's ``train_model``.
     """
     if max_steps is None and max_seconds is None:
         raise ValueError("give a budget: max_steps or max_seconds")
@@ -454,6 +456,9 @@ def train_scheduled(model: nn.Module, train: Batches, *, val: Optional[Batches] 
         model.train()
         history.append({"step": step, "seconds": seconds, "loss": running / max(seen, 1), "val_acc": val_acc,
                         "lr": optimizer.param_groups[0]["lr"]})
+        if evaluate is not None:
+            history[-1].update(evaluate(model, step))
+            model.train()
         if progress == "lines":
             acc = "" if val_acc is None else f"  val exact match {100 * val_acc:5.1f}%"
             budget = f"step {step:>5d}/{max_steps}" if max_steps is not None else f"step {step:>5d}"

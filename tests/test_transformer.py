@@ -8,7 +8,11 @@
   does not change the results at the real positions;
 * the model works with Chapter 7's training and evaluation functions; greedy decoding encodes
   once and agrees with teacher forcing on its own output; the shipped weights translate;
-* the module imports nothing that holds checks or answers (it ships to the grading child).
+* the module imports nothing that holds checks or answers (it ships to the grading child);
+* ``train_scheduled``'s ``evaluate`` hook (what ``bench/transformer.py --part lists`` records) adds
+  its measures without changing the training;
+* the shipped list-task and speed tables compare the two models alike (the same steps, batches,
+  evaluation steps and grid for both; both models at every length).
 """
 import ast
 import math
@@ -221,3 +225,60 @@ def test_shipped_weights_translate():
     assert accuracy >= 0.95, accuracy
     (output, weights), = tr.translate(model, ["3rd of March, 1998"])
     assert output == "1998-03-03" and weights.shape == (11, 18)
+
+
+def test_train_scheduled_merges_what_evaluate_returns_at_every_evaluation():
+    data = tr.make_dataset(num_train=128, num_val=8, num_test=0, p_range=0.0, seed=6)
+    train = tr.encode_split(data["train"])
+    calls = []
+
+    def evaluate(model, step):
+        calls.append((step, model.training))
+        return {"probe": step * 2}
+
+    model = _tiny(seed=3).train()
+    history = tf.train_scheduled(model, train, max_steps=25, batch_size=32, eval_every=10, evaluate=evaluate)
+    assert [h["step"] for h in history] == [10, 20, 25]
+    assert [h["probe"] for h in history] == [20, 40, 50]
+    assert [step for step, _ in calls] == [10, 20, 25]
+    assert model.training                       # training resumes in training mode after each evaluation
+    plain = tf.train_scheduled(_tiny(seed=3).train(), train, max_steps=25, batch_size=32, eval_every=10)
+    assert [h["loss"] for h in plain] == [h["loss"] for h in history]    # the hook does not change training
+    assert "probe" not in plain[0]
+
+
+def _shipped_rows(name):
+    import csv
+    path = tr.PRETRAINED_DIR / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run bench/transformer.py --save")
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_list_task_runs_evaluate_both_models_alike():
+    """Chapter 8's list-task comparison: the same evaluation steps, grid checkpoints, budget and
+    batch for both models of every seed that has both (the chapter compares those)."""
+    runs, curves, grid = (_shipped_rows(f"ch08_lists_{part}.csv") for part in ("runs", "curves", "grid"))
+    seeds = {r["seed"] for r in runs if r["model"] == "transformer"} & {r["seed"] for r in runs if r["model"] == "bahdanau"}
+    assert seeds, "no seed with runs of both models"
+    for seed in seeds:
+        mine = {m: [r for r in runs if r["seed"] == seed and r["model"] == m] for m in ("transformer", "bahdanau")}
+        assert {(r["steps"], r["batch_size"]) for r in mine["transformer"]} == \
+               {(r["steps"], r["batch_size"]) for r in mine["bahdanau"]}
+        steps = {m: [r["step"] for r in curves if r["seed"] == seed and r["model"] == m] for m in mine}
+        assert steps["transformer"] == steps["bahdanau"] and len(steps["transformer"]) >= 5
+        cells = {m: sorted((r["step"], r["n_dates"], r["filler"]) for r in grid if r["seed"] == seed and r["model"] == m)
+                 for m in mine}
+        assert cells["transformer"] == cells["bahdanau"] and len(cells["transformer"]) >= 16
+
+
+def test_speed_table_times_both_models_at_every_length():
+    rows = _shipped_rows("ch08_speed.csv")
+    assert len(rows) >= 4 and [int(r["length"]) for r in rows] == sorted(int(r["length"]) for r in rows)
+    for r in rows:
+        ratio = float(r["bahdanau_seconds"]) / float(r["transformer_seconds"])
+        assert ratio == pytest.approx(float(r["ratio_bahdanau_over_transformer"]), abs=2e-3)
+        for model in ("transformer", "bahdanau"):
+            tokens = 2 * int(r["batch_size"]) * int(r["length"]) / float(r[f"{model}_seconds"])
+            assert tokens == pytest.approx(int(r[f"{model}_tokens_per_second"]), rel=1e-3)
