@@ -157,7 +157,9 @@ def test(extra: list) -> int:
     # Two workers (the machine has 2 cores); conftest.py keeps each file, and the built sites, whole.
     chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in extra)
     workers = [] if chosen else ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
-    status = _run([BIN / "python", "-m", "pytest", *workers, *extra], env=_env())
+    # The slowest tests, printed at the end of every run: where the suite's time goes (issue 22).
+    durations = [] if any(a.startswith("--durations") for a in extra) else ["--durations=30"]
+    status = _run([BIN / "python", "-m", "pytest", *workers, *durations, *extra], env=_env())
     if status == 5:
         print("tasks.py: pytest collected no tests (exit 5): the suite proves nothing", file=sys.stderr)
     return status
