@@ -16,7 +16,7 @@ are divided by the square root of `head_dim`; padded keys get weight exactly 0, 
 are all padding gets all-zero weights (no NaN, in the forward or the backward pass); the heads'
 weighted values are merged back in order and passed through `out_proj`. Return
 `(output, weights)` with `output` `(batch, num_queries, d_model)` and `weights`
-`(batch, num_heads, num_queries, num_keys)`. Raise `ValueError` naming `key_padding_mask` and
+`(batch, num_heads, num_queries, num_keys)`, both in the dtype of `x`. Raise `ValueError` naming `key_padding_mask` and
 giving its shape when it does not have shape `(batch, num_keys)`.
 """
 from __future__ import annotations

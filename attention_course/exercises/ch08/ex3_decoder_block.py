@@ -22,7 +22,10 @@ padding); the checks also pass masks that are not causal (the padding only). The
 3. `x = x + ffn(norm3(x))`, where `ffn(h) = linear2(relu(linear1(h)))`.
 
 Every attention is multi-head scaled dot-product attention (scores divided by
-the square root of `head_dim`, hidden keys at weight 0) followed by `out_proj`.
+the square root of `head_dim`, hidden keys at weight 0) followed by `out_proj`. A row of `self_mask`
+may hide every key, and so may `key_padding_mask` for a source that is all padding (left-padded
+targets, Exercise 1, give such rows): that query gives weight 0 to every key, and nothing is NaN,
+in the forward or the backward pass.
 """
 from __future__ import annotations
 
