@@ -11,6 +11,9 @@ Found by independent solvers: a score promised as a Python float (ch07_ex4); an 
 output carries no gradient to the inputs is told so plainly (ch07_ex1). Found by the review of
 issue 19: ch07_ex3's public checks never made the model predict <eos> (an answer that stopped
 there, or padded after it, passed them all); ch07_ex4's reversed comparison was not named.
+Found by a later independent solver: a loop that stopped when every sequence predicted <eos>
+at the same step passed every check (ch07_ex3); a comparison of positions[i] with i was told
+it counted only strict increases (ch07_ex4).
 """
 import pytest
 import torch

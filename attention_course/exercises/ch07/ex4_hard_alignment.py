@@ -5,7 +5,8 @@ Write `hard_alignment(weights)` for an alignment matrix `weights` of shape
 `(positions, monotonicity)`:
 
 - `positions`: a `torch.long` tensor of shape `(num_outputs,)`, the input position with the
-  largest weight in each row;
+  largest weight in each row (no row of the checks has two equal largest weights, so either
+  rule for ties is accepted);
 - `monotonicity`: a Python `float`, the fraction of the `num_outputs - 1` consecutive pairs
   `(positions[i - 1], positions[i])` in which the position does not decrease
   (`positions[i] >= positions[i - 1]`); `1.0` when `num_outputs == 1`.
