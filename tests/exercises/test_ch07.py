@@ -11,13 +11,17 @@ Found by independent solvers: a score promised as a Python float (ch07_ex4); an 
 output carries no gradient to the inputs is told so plainly (ch07_ex1). Found by the review of
 issue 19: ch07_ex3's public checks never made the model predict <eos> (an answer that stopped
 there, or padded after it, passed them all); ch07_ex4's reversed comparison was not named.
+Found by a later independent solver: a loop that stopped when every sequence predicted <eos>
+at the same step passed every check (ch07_ex3); a comparison of positions[i] with i was told
+it counted only strict increases (ch07_ex4).
 """
 import pytest
 import torch
 from torch import nn
 
 from attention_course.checking import run_checks
-from exercise_helpers import assert_mistake, failed_checks, mistake_hint, passes_everywhere, statement
+from exercise_helpers import (assert_mistake, failed_checks, failed_hidden_somewhere, mistake_hint,
+                              passes_everywhere, statement)
 
 
 # ---- ch07_ex1: coverage (a transfer of the decoder step), written by hand as a student would
@@ -132,27 +136,35 @@ def _greedy_decoder(after_eos="run on"):
                 finished = finished | (token == 2)
                 if after_eos == "stop" and finished.all():
                     break
+                if after_eos == "stop when all at once" and (token == 2).all():
+                    break
             return torch.stack(tokens, 1), torch.stack(weights, 1)
 
     return GreedyDecoder
 
 
 def test_ch07_ex3_every_sequence_of_the_eos_check_predicts_eos_then_goes_on():
-    """The check's model, at any seed: <eos> before the last three steps, then neither <eos> nor pad."""
+    """The check's model, at any seed: <eos> before the last three steps, then neither <eos> nor pad;
+    in the first batch not all at one step, in the second all at one step."""
     decoder_class = _greedy_decoder()
     for seed in range(30):
-        call = _eos_check_calls(seed)[0]
-        decoder = decoder_class(*call.init_args)
-        decoder.load_state_dict(call.state_dict)
-        with torch.no_grad():
-            tokens, _ = decoder.greedy(*call.args)
-        for row in tokens.tolist():
-            first = row.index(2)
-            assert first <= len(row) - 4, (seed, row)
-            assert all(t not in (0, 2) for t in row[first + 1:]), (seed, row)
+        first_steps = []
+        for call in _eos_check_calls(seed):
+            decoder = decoder_class(*call.init_args)
+            decoder.load_state_dict(call.state_dict)
+            with torch.no_grad():
+                tokens, _ = decoder.greedy(*call.args)
+            first_steps.append({row.index(2) for row in tokens.tolist()})
+            for row in tokens.tolist():
+                first = row.index(2)
+                assert first <= len(row) - 4, (seed, row)
+                assert all(t not in (0, 2) for t in row[first + 1:]), (seed, row)
+        assert [len(steps) > 1 for steps in first_steps] == [True, False], (seed, first_steps)
 
 
 @pytest.mark.parametrize("after_eos,hint_of", [("stop", "stopped at <eos>"),
+                                               ("stop when all at once",
+                                                "stopped when every sequence predicts <eos> at the same step"),
                                                ("pad", "padding after <eos>, fed back"),
                                                ("repeat eos", None)])
 def test_ch07_ex3_stopping_or_padding_at_eos_fails_publicly_and_at_every_hidden_seed(after_eos, hint_of):
@@ -168,15 +180,32 @@ def test_ch07_ex3_stopping_or_padding_at_eos_fails_publicly_and_at_every_hidden_
     # hidden check 30 times per answer would take a minute).
     correct = _greedy_decoder()
     for seed in range(30):
-        call = _eos_check_calls(seed)[0]
-        outputs = []
-        for decoder_class in (answer, correct):
-            decoder = decoder_class(*call.init_args)
-            decoder.load_state_dict(call.state_dict)
-            with torch.no_grad():
-                outputs.append(decoder.greedy(*call.args))
-        (tokens, weights), (want_tokens, want_weights) = outputs
-        assert tokens.shape != want_tokens.shape or not torch.equal(tokens, want_tokens), (after_eos, seed)
+        differs = False
+        for call in _eos_check_calls(seed):
+            outputs = []
+            for decoder_class in (answer, correct):
+                decoder = decoder_class(*call.init_args)
+                decoder.load_state_dict(call.state_dict)
+                with torch.no_grad():
+                    outputs.append(decoder.greedy(*call.args))
+            (tokens, weights), (want_tokens, want_weights) = outputs
+            differs = differs or tokens.shape != want_tokens.shape or not torch.equal(tokens, want_tokens)
+        assert differs, (after_eos, seed)
+
+
+def test_ch07_ex3_stopping_when_every_sequence_predicts_eos_at_once_gets_its_hint_at_30_hidden_seeds():
+    """An independent solver's loop broke when all sequences predicted <eos> at the same step;
+    no check had such a step, so it passed everything."""
+    answer = _greedy_decoder("stop when all at once")
+    hint = mistake_hint("ch07_ex3", "stopped when every sequence predicts <eos> at the same step")
+    assert "at once" in hint and "fewer than max_len" in hint
+    for seed in range(30):
+        failed = failed_checks("ch07_ex3", answer, seed)
+        assert EOS_CHECK in {r.check for r in failed}, (seed, [r.line() for r in failed])
+        assert next(r.hint for r in failed if r.check == EOS_CHECK) == hint, (seed, [r.line() for r in failed])
+        # A random model may make every sequence predict <eos> at its first step; there the
+        # two stopping mistakes look alike, and either hint says the loop stopped early.
+        assert all("fewer than max_len steps" in r.hint for r in failed), (seed, [r.line() for r in failed])
 
 
 def test_ch07_ex3_a_correct_answer_by_hand_passes_everywhere():
@@ -238,3 +267,25 @@ def _pairs_counted(counts):
             return best, 1.0
         return best, counts(best[:-1], best[1:]).float().mean().item()
     return hard_alignment
+
+
+# ---- ch07_ex4: a comparison with the step index (the diagonal) is named as such
+
+@pytest.mark.parametrize("pair_index", ["step i", "pair i"])
+def test_ch07_ex4_comparing_with_the_step_index_gets_its_own_hint(pair_index):
+    """An independent solver's answer compared positions[i] with i, not with positions[i - 1]; it was
+    told it counted only strict increases."""
+    offset = 0 if pair_index == "step i" else 1   # positions[i] >= i, or positions[i + 1] >= i
+
+    def hard_alignment(weights):
+        if weights.dim() != 2 or 0 in weights.shape:
+            raise ValueError(f"weights must be 2-D and non-empty, got {tuple(weights.shape)}")
+        positions = weights.argmax(dim=1)
+        n = len(positions)
+        if n == 1:
+            return positions, 1.0
+        return positions, sum(int(positions[i]) >= i - offset for i in range(1, n)) / (n - 1)
+
+    assert_mistake("ch07_ex4", hard_alignment, "compared with the step index instead of the previous position",
+                   must_not=("strict",))
+    assert failed_hidden_somewhere("ch07_ex4", hard_alignment)

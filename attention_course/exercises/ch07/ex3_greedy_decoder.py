@@ -133,20 +133,32 @@ def _rigged_state(g, vocab, num_modes, eos_steps):
 
 
 def _greedy_eos(seed):
-    """Every sequence predicts <eos> before the last step, at a step that depends on its mode."""
+    """Every sequence predicts <eos> before the last step: in the first batch at a step that
+    depends on its mode (not the same step for all), in the second at one step for all."""
     g = gen(seed)
+    return [_eos_call(g, same_step=False), _eos_call(g, same_step=True)]
+
+
+def _eos_call(g, same_step):
     vocab, batch, num_steps, max_len = randint(g, 8, 11), randint(g, 3, 5), randint(g, 3, 7), randint(g, 6, 9)
     num_modes = 3
     # Three or more steps before the end (what is fed after <eos> then shows in the weights too),
     # and early enough in a chain of vocab - 2 tokens to be followed by two.
-    eos_steps = [randint(g, 0, min(max_len - 4, vocab - 4)) for _ in range(num_modes)]
+    last = min(max_len - 4, vocab - 4)
+    eos_steps = [randint(g, 0, last) for _ in range(num_modes)]
+    if same_step:
+        # A loop that stops when every sequence predicts <eos> at once fails this batch.
+        eos_steps = [eos_steps[0]] * num_modes
+    elif len(set(eos_steps)) == 1:
+        # ... and passes this one: some sequence predicts <eos> at another step.
+        eos_steps[0] = (eos_steps[0] + 1) % (last + 1)
     state, hidden = _rigged_state(g, vocab, num_modes, eos_steps)
     modes = torch.arange(batch) % num_modes
     enc_outputs = torch.randn(batch, num_steps, hidden, generator=g)
     enc_outputs[:, :, :num_modes] = torch.nn.functional.one_hot(modes, num_modes)[:, None].float()
     lens = torch.randint(1, num_steps + 1, (batch,), generator=g)
-    return [Call(init_args=(vocab, vocab, hidden), init_seed=0, state_dict=state, method="greedy",
-                 args=(torch.randn(batch, hidden, generator=g), enc_outputs, lens, max_len))]
+    return Call(init_args=(vocab, vocab, hidden), init_seed=0, state_dict=state, method="greedy",
+                args=(torch.randn(batch, hidden, generator=g), enc_outputs, lens, max_len))
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
@@ -218,6 +230,23 @@ class _GreedyStopsAtEos(AttentionDecoder):
             out_weights.append(weights)
             done = done | (tokens == Vocab.eos)
             if bool(done.all()):
+                break
+        return torch.stack(out_tokens, dim=1), torch.stack(out_weights, dim=1)
+
+
+@mistakes.keep("stopped when every sequence predicts <eos> at the same step",
+               "the loop stopped at a step where every sequence predicted <eos> at once, so fewer than "
+               "max_len steps came back; run all max_len steps, whatever the tokens.")
+class _GreedyStopsAtCommonEos(AttentionDecoder):
+    def greedy(self, h0, enc_outputs, valid_lens, max_len, bos=1):
+        tokens = torch.full((h0.shape[0],), bos, dtype=torch.long)
+        hidden, out_tokens, out_weights = h0, [], []
+        for _ in range(max_len):
+            logits, hidden, weights = self.step(hidden, tokens, enc_outputs, valid_lens)
+            tokens = logits.argmax(dim=-1)
+            out_tokens.append(tokens)
+            out_weights.append(weights)
+            if bool((tokens == Vocab.eos).all()):
                 break
         return torch.stack(out_tokens, dim=1), torch.stack(out_weights, dim=1)
 
@@ -323,9 +352,9 @@ register(Exercise(
               hint="this check passes bos=4 and compares the tokens and the weights of every step; the "
                    "reason above names the first that differs."),
         Check("a model that predicts <eos> early in every sequence", _greedy_eos, seed=2,
-              hint="in this check every sequence predicts <eos> (index 2) before the last step; the contract "
-                   "asks for all max_len steps of every sequence, with the tokens and weights the steps "
-                   "produce after <eos>."),
+              hint="in this check every sequence predicts <eos> (index 2) before the last step (in its second "
+                   "batch, all at the same step); the contract asks for all max_len steps of every sequence, "
+                   "with the tokens and weights the steps produce after <eos>."),
         Check("random sizes and bos (hidden)", _greedy_random, public=False,
               hint="check the loop for any sizes, max_len and bos."),
     ],

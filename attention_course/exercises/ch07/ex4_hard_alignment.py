@@ -5,7 +5,8 @@ Write `hard_alignment(weights)` for an alignment matrix `weights` of shape
 `(positions, monotonicity)`:
 
 - `positions`: a `torch.long` tensor of shape `(num_outputs,)`, the input position with the
-  largest weight in each row;
+  largest weight in each row (no row of the checks has two equal largest weights, so either
+  rule for ties is accepted);
 - `monotonicity`: a Python `float`, the fraction of the `num_outputs - 1` consecutive pairs
   `(positions[i - 1], positions[i])` in which the position does not decrease
   (`positions[i] >= positions[i - 1]`); `1.0` when `num_outputs == 1`.
@@ -55,8 +56,10 @@ def _ha_matrix(g, num_outputs, num_inputs, path):
 
 def _ha_diagonal_ish(seed):
     g = gen(seed)
-    # Non-decreasing with a repeat and one jump back: strict and >= comparisons differ.
-    return [Call(args=(_ha_matrix(g, 6, 9, [0, 2, 2, 5, 3, 8]),))]
+    # Non-decreasing with a repeat and one jump back: strict and >= comparisons differ. The
+    # positions stay on or above the diagonal, so comparing each with its step index counts
+    # the step back as monotone too.
+    return [Call(args=(_ha_matrix(g, 6, 9, [0, 1, 2, 6, 5, 5]),))]
 
 
 def _ha_reordering(seed):
@@ -73,7 +76,7 @@ def _ha_bad(seed):
 
 def _ha_score_type(seed):
     g = gen(seed)
-    return [Call(args=(_ha_matrix(g, 4, 5, [0, 1, 1, 3]),)), Call(args=(_ha_matrix(g, 1, 3, [1]),))]
+    return [Call(args=(_ha_matrix(g, 4, 5, [0, 2, 2, 3]),)), Call(args=(_ha_matrix(g, 1, 3, [1]),))]
 
 
 def _score_is_float(got, want, calls):
@@ -157,6 +160,19 @@ def _ha_backward_share(weights):
     return positions, (positions[1:] < positions[:-1]).double().mean().item()
 
 
+@mistakes.keep("compared with the step index instead of the previous position",
+               "you compared each position with its step index i (the diagonal) instead of with the "
+               "previous position positions[i - 1]; the score counts the consecutive pairs whose position "
+               "does not decrease, wherever they lie.")
+def _ha_step_index(weights):
+    _check_weights(weights)
+    positions = weights.argmax(dim=-1)
+    if positions.numel() < 2:
+        return positions, 1.0
+    steps = torch.arange(1, positions.numel())
+    return positions, (positions[1:] >= steps).double().mean().item()
+
+
 @mistakes.keep("divided by num_outputs",
                "there are num_outputs - 1 consecutive pairs; you divided by num_outputs.")
 def _ha_per_output(weights):
@@ -219,7 +235,7 @@ register(Exercise(
     checks=[
         Check("a mostly monotone alignment with one repeat and one step back", _ha_diagonal_ish, seed=0,
               hint="this check compares the positions (an int64 tensor, one per output step) and the score "
-                   "on a path 0, 2, 2, 5, 3, 8; the reason above says which differs."),
+                   "on a path 0, 1, 2, 6, 5, 5; the reason above says which differs."),
         Check("a reordering alignment (like year-month-day from day-month-year), and a single row",
               _ha_reordering, seed=1,
               hint="this check has a path that jumps back and a matrix with one row; the reason above says "
