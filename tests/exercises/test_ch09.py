@@ -16,7 +16,8 @@ import math
 import pytest
 import torch
 
-from attention_course.registry import all_exercises
+from attention_course.checking import hidden_seed, judge, outcomes_for
+from attention_course.registry import all_exercises, get_exercise
 
 from exercise_helpers import BLAMING, assert_mistake, mistake_hint, passes_everywhere, statement
 
@@ -87,7 +88,7 @@ def test_ch09_ex2_history_on_the_wrong_axis_is_named_not_blamed_on_overflow():
 # ------------------------------------------------------------- ch09_ex3
 
 def _student_tiles(queries, keys, values, block_size, *, last_tile_first=False, guard=True, root_of=None,
-                   normalise=True, strict_type=True):
+                   normalise=True, strict_type=True, count_as=int, per_sequence=False):
     """A student's tile loop; the keyword arguments switch on one mistake each."""
     if (strict_type and (type(block_size) is not int)) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got block_size={block_size!r}")
@@ -99,7 +100,7 @@ def _student_tiles(queries, keys, values, block_size, *, last_tile_first=False, 
                          f"num_queries <= num_keys; got queries with {n_q} tokens and keys with {n_k}")
     first = n_k - n_q
     d = queries.shape[-1] if root_of is None else root_of(queries, values)
-    tiles, rows = 0, []
+    tiles, rows = count_as(0), []
     for q_lo in range(0, n_q, block_size):
         q_hi = min(n_q, q_lo + block_size)
         top = torch.full((queries.shape[0], q_hi - q_lo), -math.inf, dtype=queries.dtype)
@@ -108,7 +109,7 @@ def _student_tiles(queries, keys, values, block_size, *, last_tile_first=False, 
         starts = [k for k in range(0, n_k, block_size) if k <= first + q_hi - 1]
         for k_lo in (reversed(starts) if last_tile_first else starts):
             k_hi = min(n_k, k_lo + block_size)
-            tiles += 1
+            tiles += queries.shape[0] if per_sequence else 1
             s = torch.einsum("bqd,bkd->bqk", queries[:, q_lo:q_hi], keys[:, k_lo:k_hi]) / math.sqrt(d)
             hidden = torch.arange(k_lo, k_hi)[None, :] > first + torch.arange(q_lo, q_hi)[:, None]
             s = s.masked_fill(hidden, -math.inf)
@@ -133,11 +134,55 @@ def test_ch09_ex3_a_correct_student_loop_passes():
     (dict(root_of=lambda q, v: v.shape[-1]), "scores scaled by the square root of d_v"),
     (dict(normalise=False), "running output never divided by the running sum"),
     (dict(strict_type=False), "block_size's type not checked"),
-], ids=["reverse_order_no_guard", "sqrt_of_d_v", "never_divided", "block_size_type"])
+    (dict(root_of=lambda q, v: 1), "scores never scaled"),
+    (dict(per_sequence=True), "tiles counted once per sequence of the batch"),
+    (dict(count_as=torch.tensor), "tile count returned as a tensor"),
+    (dict(count_as=float), "tile count returned as a float"),
+], ids=["reverse_order_no_guard", "sqrt_of_d_v", "never_divided", "block_size_type", "no_scale",
+        "count_per_sequence", "count_tensor", "count_float"])
 def test_ch09_ex3_each_tiling_mistake_is_named_not_blamed_on_query_positions(switch, mistake):
     def answer(queries, keys, values, block_size):
         return _student_tiles(queries, keys, values, block_size, **switch)
     assert_mistake("ch09_ex3", answer, mistake, must_not=("sits at position", "LAST"))
+
+
+def test_ch09_ex3_the_contract_asks_for_an_int_count_of_the_whole_batch():
+    text = " ".join(statement("ch09_ex3").split())
+    assert "`tiles` is a Python `int` (not a tensor, a float or a `bool`)" in text
+    assert "one count for the whole batch (a tile covers every sequence of the batch)" in text
+
+
+def _random_sizes_check():
+    checks = get_exercise("ch09_ex3").checks
+    return next((i, c) for i, c in enumerate(checks) if c.name.startswith("random sizes"))
+
+
+# 30 grading seeds, 47 among them: there the old hidden draws gave d_v = 1 in every call that
+# a scale changes, so an answer that never scaled was told it had scaled by sqrt(d_v). The
+# public checks' sizes are fixed (d_v >= 2); the parametrized test above covers them.
+@pytest.mark.parametrize("root_of,own,other", [
+    (lambda q, v: 1, "scores never scaled", "scores scaled by the square root of d_v"),
+    (lambda q, v: v.shape[-1], "scores scaled by the square root of d_v", "scores never scaled"),
+], ids=["no_scale", "sqrt_of_d_v"])
+def test_ch09_ex3_each_scaling_mistake_gets_its_own_hint_at_every_hidden_seed(root_of, own, other):
+    def answer(queries, keys, values, block_size):
+        return _student_tiles(queries, keys, values, block_size, root_of=root_of)
+    exercise = get_exercise("ch09_ex3")
+    index, random_sizes = _random_sizes_check()
+    for seed in range(40, 70):
+        calls = random_sizes.make_calls(hidden_seed(seed, index))
+        result = judge(exercise, random_sizes, calls, outcomes_for(answer, calls, "function"))
+        assert result.mistake != other, seed
+        assert result.passed or (result.mistake == own and result.hint == mistake_hint("ch09_ex3", own)), \
+            (seed, result.mistake, result.hint)
+
+
+def test_ch09_ex3_hidden_draws_keep_d_v_above_1_and_apart_from_d():
+    index, random_sizes = _random_sizes_check()
+    for seed in range(200):
+        for call in random_sizes.make_calls(hidden_seed(seed, index)):
+            queries, _, values, _ = call.args
+            assert values.shape[-1] >= 2 and values.shape[-1] != queries.shape[-1], seed
 
 
 def test_ch09_ex3_reverse_tile_order_with_a_guard_is_correct():

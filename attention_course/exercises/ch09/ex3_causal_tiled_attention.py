@@ -12,7 +12,8 @@ shorter), the keys and values in blocks of `block_size` in the same way. Compute
 queries against a block of keys) only when at least one of its (query, key) pairs is visible, and
 skip it otherwise. Return the tuple `(output, tiles)`: `output`, of shape `(batch, num_queries, d_v)`
 and dtype of `queries`, equals causal attention with this mask to within 1e-5; `tiles` is a Python
-`int`, the number of tiles computed. Raise `ValueError` naming `block_size` when it is not a positive
+`int` (not a tensor, a float or a `bool`), the number of tiles computed, one count for the whole batch
+(a tile covers every sequence of the batch). Raise `ValueError` naming `block_size` when it is not a positive
 integer (a Python `int` of at least 1: `2.0` and `True` are not), and naming `queries` and `keys`
 and giving their numbers of tokens when `num_queries > num_keys`.
 """
@@ -115,12 +116,16 @@ def _tiled_must_mention(call):
 
 
 def _tiled_hidden_calls(seed):
+    # d_v >= 2 and d != d_v in every call: with d_v = 1, scaling by sqrt(d_v) is no scaling at all,
+    # and with d = d_v it is the right scaling, so either would hide one kept mistake behind another.
     g = gen(seed)
     sizes = []
     for _ in range(4):
         n_k = randint(g, 1, 13)
-        sizes.append((randint(g, 1, 3), randint(g, 1, n_k), n_k, randint(g, 1, 6), randint(g, 1, 4),
-                      randint(g, 1, 5)))
+        batch, n_q, d_v = randint(g, 1, 3), randint(g, 1, n_k), randint(g, 2, 4)
+        d = randint(g, 1, 5)
+        d += d >= d_v                   # 1 .. 6 without d_v
+        sizes.append((batch, n_q, n_k, d, d_v, randint(g, 1, 5)))
     return _tiled_calls(g, sizes, scale=float(randint(g, 1, 4)))
 
 
@@ -129,6 +134,36 @@ def _tiled_hidden_sharp_calls(seed):
     n_k = randint(g, 8, 16)
     sizes = [(2, randint(g, 2, n_k), n_k, 4, 3, randint(g, 2, 4))]
     return _tiled_calls(g, sizes, scale=12.0) + _tiled_calls(g, sizes, dtype=torch.float64)
+
+
+def _tiled_count_type_calls(seed):
+    return _tiled_calls(gen(seed), [(2, 3, 7, 4, 3, 2), (1, 5, 5, 2, 3, 3)], scale=2.0)
+
+
+_TILED_VALUES = Check("values", lambda seed: [], hint="")  # default tolerances, for compare_all only
+
+
+def _kind(value):
+    return "a tensor" if isinstance(value, torch.Tensor) else f"a Python {type(value).__name__}"
+
+
+def _tiles_of_the_same_type(got, want, calls):
+    """The output and the tile count first, as the other checks compare them (they take a tensor
+    or a float of the right value for the count); then the count's type, which must be the type
+    the reference returns, a Python int. Comparing with want's type, not with int, lets an answer be
+    matched to the kept mistake that returns the same type."""
+    from ...checking import compare_all
+    reason = compare_all(got, want, _TILED_VALUES, calls)
+    if reason:
+        return reason
+    for i, (g, w) in enumerate(zip(got, want)):
+        if w["status"] != "ok":
+            continue
+        mine, theirs = g["value"]["__seq__"][1], w["value"]["__seq__"][1]
+        if type(mine) is not type(theirs):
+            where = "tiles" if len(got) == 1 else f"call {i + 1} of {len(got)}: tiles"
+            return f"{where} (item 1 of the result) is {_kind(mine)}, expected {_kind(theirs)}"
+    return None
 
 
 _TILED_HINT = ("query i sits at position num_keys - num_queries + i and sees the keys up to it; a tile "
@@ -150,11 +185,15 @@ def _tiled_generic(queries, keys, values, block_size, visible_pair, computes_til
                    reverse=False, guard=True, scale_dim=-1, divide=True):
     """Tile loop with pluggable rules: visible_pair(query_pos, key_idx), computes_tile(q0, q1, k0, k1);
     key tiles visited last to first when reverse; no -inf guard on the shift when not guard; scores
-    divided by the square root of the size of queries' axis -1 (values' when scale_dim == "v");
-    the running output divided by the running sum at the end when divide."""
+    divided by the square root of the size of queries' axis -1 (values' when scale_dim == "v", not
+    divided when scale_dim is None); the running output divided by the running sum at the end when
+    divide."""
     n_q, n_k = queries.shape[-2], keys.shape[-2]
     offset = n_k - n_q
-    scale = 1.0 / math.sqrt(values.shape[-1] if scale_dim == "v" else queries.shape[-1])
+    if scale_dim is None:
+        scale = 1.0
+    else:
+        scale = 1.0 / math.sqrt(values.shape[-1] if scale_dim == "v" else queries.shape[-1])
     key_starts = list(range(0, n_k, block_size))
     if reverse:
         key_starts.reverse()
@@ -237,11 +276,46 @@ mistakes.add("scores scaled by the square root of d_v",
                  q, k, v, bs, _with_offset, _tile_has_visible, scale_dim="v")))
 
 
+mistakes.add("scores never scaled",
+             "you did not divide the scores by the square root of d, the size of the queries and keys "
+             "(their last axis); the softmax then sees scores sqrt(d) times too large.",
+             _tiled_checked(lambda q, k, v, bs: _tiled_generic(
+                 q, k, v, bs, _with_offset, _tile_has_visible, scale_dim=None)))
+
+
 mistakes.add("running output never divided by the running sum",
              "you returned the running output as it is: it holds the values weighted by exp(score - max), "
              "which do not sum to 1. Divide it by the running sum at the end of each block of queries.",
              _tiled_checked(lambda q, k, v, bs: _tiled_generic(
                  q, k, v, bs, _with_offset, _tile_has_visible, divide=False)))
+
+
+@mistakes.keep("tiles counted once per sequence of the batch",
+               "your output is right, but you counted each tile once per sequence of the batch; a tile "
+               "covers every sequence of the batch at once, so the count is one for the whole batch "
+               "(the same for batch 1 and batch 3).")
+def _tiled_counted_per_sequence(queries, keys, values, block_size):
+    _validate_tiled(queries, keys, values, block_size)
+    output, tiles = _tiled_generic(queries, keys, values, block_size, _with_offset, _tile_has_visible)
+    return output, tiles * queries.shape[0]
+
+
+@mistakes.keep("tile count returned as a tensor",
+               "your output and count are right, but the count is a tensor (from adding up a mask, or "
+               "starting it at torch.tensor(0)); the contract asks for a Python int: return int(tiles).")
+def _tiled_count_as_tensor(queries, keys, values, block_size):
+    _validate_tiled(queries, keys, values, block_size)
+    output, tiles = _tiled_generic(queries, keys, values, block_size, _with_offset, _tile_has_visible)
+    return output, torch.tensor(tiles)
+
+
+@mistakes.keep("tile count returned as a float",
+               "your output and count are right, but the count is a float (started at 0.0, or computed "
+               "with /); the contract asks for a Python int: count with integers, or return int(tiles).")
+def _tiled_count_as_float(queries, keys, values, block_size):
+    _validate_tiled(queries, keys, values, block_size)
+    output, tiles = _tiled_generic(queries, keys, values, block_size, _with_offset, _tile_has_visible)
+    return output, float(tiles)
 
 
 def _validate_tiled_loosely(queries, keys, values, block_size):
@@ -403,6 +477,11 @@ register(Exercise(
         Check("sharp scores and float64", _tiled_hidden_sharp_calls, hint=_TILED_HINT),
         Check("block_size 1 (every key its own tile) and a block wider than all the keys", _tiled_extreme_block_calls,
               hint=_TILED_HINT),
+        Check("tiles is a Python int (not a tensor or a float)", _tiled_count_type_calls, seed=6,
+              compare=_tiles_of_the_same_type, weight=0.5,
+              hint="this check compares the output and the tile count first (the reason above says which "
+                   "differs, if any); once they are right, tiles must be a Python int: a tensor or a float "
+                   "of the right value is not one."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),
