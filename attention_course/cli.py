@@ -83,7 +83,8 @@ def _execute(args) -> int:
 
 def _build(args) -> int:
     from .editions import build
-    status, html = build(Path(args.root), edition=args.edition, out=args.out)
+    status, html = build(Path(args.root), edition=args.edition, out=args.out,
+                         execute=not args.stored_outputs)
     if status == 0:
         print(f"\nThe {args.edition} edition is built: open {html / 'index.html'}")
     return status
@@ -261,6 +262,8 @@ def main(argv=None) -> int:
     bld.add_argument("--edition", choices=["full", "student"], default="full")
     bld.add_argument("--out", help="output folder (default: the course folder for full, _build/student for student)")
     bld.add_argument("--root", default=".", help="the course folder (default: current folder)")
+    bld.add_argument("--stored-outputs", action="store_true",
+                     help="full edition: use the solution notebooks' stored outputs instead of executing them")
     bld.set_defaults(func=_build)
 
     pdf = sub.add_parser("pdf", help="print a built site into one PDF (offline copy of the course)")

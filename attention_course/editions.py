@@ -90,14 +90,28 @@ def stage_student(root: Path, staging: Path) -> Path:
     return staging
 
 
-def build(root: Path, edition: str = "full", out: Optional[Path] = None, extra: tuple = ()) -> tuple:
-    """Build one edition; return ``(exit_status, html_folder)``."""
+def build(root: Path, edition: str = "full", out: Optional[Path] = None, extra: tuple = (),
+          execute: bool = True) -> tuple:
+    """Build one edition; return ``(exit_status, html_folder)``.
+
+    ``execute=False`` builds the full edition from the solution notebooks' stored outputs
+    instead of executing them (the student edition never executes). The test suite builds it so:
+    nbval runs every solution notebook in the same suite and fails when a cell raises or its
+    outputs differ from the stored ones, so the pages are the same and the execution is not paid twice.
+    """
     root = Path(root).resolve()
     if edition not in ("full", "student"):
         raise ValueError(f"edition must be 'full' or 'student', got {edition!r}")
     if edition == "full":
         source = root
         out = Path(out).resolve() if out else root
+        if not execute:
+            config_data = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+            config_data.setdefault("execute", {})["execute_notebooks"] = "off"
+            out.mkdir(parents=True, exist_ok=True)
+            stored = out / "_config.stored-outputs.yml"
+            stored.write_text(yaml.safe_dump(config_data, sort_keys=False), encoding="utf-8")
+            extra = ("--config", str(stored), *extra)
     else:
         out = Path(out).resolve() if out else root / "_build" / "student"
         source = stage_student(root, out.parent / f"{out.name}-src")
