@@ -159,7 +159,14 @@ def test(extra: list) -> int:
     workers = [] if chosen else ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder"]
     # The slowest tests, printed at the end of every run: where the suite's time goes (issue 22).
     durations = [] if any(a.startswith("--durations") for a in extra) else ["--durations=30"]
-    status = _run([BIN / "python", "-m", "pytest", *workers, *durations, *extra], env=_env())
+    env = _env()
+    if not chosen:
+        # One thread per worker: two workers already fill the two cores, and two OpenMP threads in
+        # each (torch's default, one per core) fight over them while the site builds, the browsers and
+        # the perturbed rerun's kernels run too. The perturbed rerun then takes 2 threads (its
+        # "another thread count"), and OMP_NUM_THREADS set by the caller wins.
+        env.setdefault("OMP_NUM_THREADS", "1")
+    status = _run([BIN / "python", "-m", "pytest", *workers, *durations, *extra], env=env)
     if status == 5:
         print("tasks.py: pytest collected no tests (exit 5): the suite proves nothing", file=sys.stderr)
     return status

@@ -15,10 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (11, 2026, 7)
 
 
-def failed_checks(label, obj, hidden_seed=None):
-    """The failed results of the public checks, or of the hidden checks at ``hidden_seed``."""
-    results = run_checks(label, obj) if hidden_seed is None else \
-        run_checks(label, obj, hidden=True, seed=hidden_seed)
+def failed_checks(label, obj, hidden_seed=None, first_failure=False):
+    """The failed results of the public checks, or of the hidden checks at ``hidden_seed``
+    (with ``first_failure``, only the first: enough to know that the answer fails)."""
+    results = run_checks(label, obj, first_failure=first_failure) if hidden_seed is None else \
+        run_checks(label, obj, hidden=True, seed=hidden_seed, first_failure=first_failure)
     return [r for r in results if not r.passed]
 
 
