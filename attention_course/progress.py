@@ -10,7 +10,8 @@ The reader's code runs exactly as the grader runs a student's: in a sandboxed ch
 process (:mod:`attention_course.grading`) that executes only the setup cell and the
 exercise's cells, with a time and memory limit per exercise. An infinite loop, a
 crash or a ``sys.exit()`` in one exercise costs that exercise, never the command.
-Notebooks that are not course notebooks are named and skipped.
+Notebooks that are not course notebooks are named and skipped (the tensor toolkit beside the
+chapters silently).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Optional
 
 from .notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, printable
 from .registry import LABEL_RE
+from .release import TOOLKIT
 
 SKIP_DIRS = {".git", ".venv", "venv", "_build", "node_modules", "__pycache__", ".ipynb_checkpoints", "site-packages"}
 
@@ -291,6 +293,8 @@ def main(args) -> int:
         try:
             chapter, title = identify(path)
         except NotCourseNotebook as error:
+            if path.name == Path(TOOLKIT).name and not target.is_file():
+                continue  # the course's tensor toolkit, beside the chapters: it has nothing to check
             reason = str(error)
             skipped.append((path, reason[len(path.name) + 2:] if reason.startswith(path.name + ": ") else reason))
             continue

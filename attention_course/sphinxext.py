@@ -10,7 +10,7 @@ downloads or launches a chapter must get the **student** notebook:
   (portable) student notebooks when the build finishes: those of ``chapters/`` in
   the source folder, or of the folder named by ``attention_course_notebooks``.
   The tensor toolkit's page likewise offers (and launches) the portable
-  ``toolkit.ipynb`` beside that folder, not its MyST source.
+  ``toolkit.ipynb`` of that folder, not its MyST source.
 
 The solution markers (``# BEGIN SOLUTION``/``# END SOLUTION``) are dropped from the
 code shown on the pages.
@@ -28,17 +28,13 @@ from pathlib import Path
 # edition) and the MyST pages of an instructor's release (attention_course.student_release).
 _PAGE_FOLDERS = ("solutions", "pages")
 # The tensor toolkit's page (``solutions/toolkit``, ``chapters/toolkit`` or ``pages/toolkit``) stands
-# for the portable ``toolkit.ipynb`` that ``attention-course release`` writes beside chapters/.
+# for the portable ``chapters/toolkit.ipynb`` that ``attention-course release`` writes.
 _TOOLKIT_PAGE = "toolkit"
 
 
 def _retarget_launch_buttons(app, pagename, templatename, context, doctree):
     folder = pagename.split("/", 1)[0]
-    if pagename.endswith("/" + _TOOLKIT_PAGE) and "/" in pagename:
-        # The toolkit's page is built from its MyST source beside the chapters; a reader launches
-        # the portable toolkit.ipynb at the root of the repository.
-        old, new = f"/{pagename}", f"/{_TOOLKIT_PAGE}"
-    elif folder in _PAGE_FOLDERS and "/" in pagename:
+    if folder in _PAGE_FOLDERS and "/" in pagename:
         old, new = f"/{folder}/", "/chapters/"
     else:
         return
@@ -92,20 +88,17 @@ def _ship_student_notebooks(app, exception):
     notebooks = Path(app.config.attention_course_notebooks or Path(app.srcdir) / "chapters")
     sources = Path(app.outdir) / "_sources"
     for folder in (*_PAGE_FOLDERS, "chapters"):
-        for target in sorted((sources / folder).glob("[0-9][0-9]_*.ipynb")):
+        # The chapters' pages and the toolkit's (whose MyST source would show raw targets in a
+        # notebook client) offer their portable student notebooks.
+        pages = sorted((sources / folder).glob("[0-9][0-9]_*.ipynb")) + \
+            sorted((sources / folder).glob(f"{_TOOLKIT_PAGE}.ipynb"))
+        for target in pages:
             student = notebooks / target.name
             if not student.exists():
                 raise FileNotFoundError(
                     f"attention_course.sphinxext: no student notebook {student} for the page {target.name}; "
                     "run `attention-course release`")
             shutil.copyfile(student, target)
-        toolkit = sources / folder / f"{_TOOLKIT_PAGE}.ipynb"
-        if toolkit.exists():  # its MyST source would show raw targets in a notebook client
-            portable = notebooks.parent / toolkit.name
-            if not portable.exists():
-                raise FileNotFoundError(
-                    f"attention_course.sphinxext: no portable toolkit {portable}; run `attention-course release`")
-            shutil.copyfile(portable, toolkit)
 
 
 # What the theme and docutils write that fails WCAG 2.1 A/AA under axe-core (tests/test_site.py):

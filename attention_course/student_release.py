@@ -6,7 +6,7 @@ It writes, into ``OUT``, a self-contained student repository for the chapters re
 * ``chapters/NN_slug.ipynb`` -- the portable student notebooks, whose install cell installs the
   package from **this** repository (``--repository-url``, or ``student_repository`` in
   ``course.yml``);
-* ``toolkit.ipynb`` -- the tensor toolkit in its portable form, which the chapters link to;
+* ``chapters/toolkit.ipynb`` -- the tensor toolkit in its portable form, which the chapters link to;
 * ``attention_course/`` -- the student build of the package (:mod:`attention_course.student_build`):
   no reference, no hidden check, no library piece that answers a graded exercise; public checks
   that compare with outputs stored when the release was made; ``pyproject.toml`` and
@@ -421,7 +421,7 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
     # The tensor toolkit: the portable notebook beside chapters/ for students, its MyST source among
     # the pages for the site (the pages' references to its sections point there).
     (out / TOOLKIT).write_text(toolkit_notebook(root, settings=settings), encoding="utf-8")
-    (out / "pages" / TOOLKIT).write_text(toolkit_notebook(root, portable=False), encoding="utf-8")
+    (out / "pages" / Path(TOOLKIT).name).write_text(toolkit_notebook(root, portable=False), encoding="utf-8")
     # Measured tables that chapters read beside the package (bench/*.csv), data only.
     for table in sorted((root / "bench").glob("*.csv")):
         (out / "bench").mkdir(exist_ok=True)

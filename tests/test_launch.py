@@ -128,7 +128,7 @@ def test_tasks_lab_opens_jupyterlab_on_the_student_notebooks(tmp_path):
                     pytest.fail((tmp_path / "lab.log").read_text()[-3000:])
                 time.sleep(0.2)
         names = sorted(item["name"] for item in listing["content"] if item["type"] == "notebook")
-        assert names == [p.name for p in STUDENT]
+        assert names == sorted([p.name for p in STUDENT] + ["toolkit.ipynb"])  # the toolkit beside the chapters
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=10) as r:
             assert b"JupyterLab" in r.read()
     finally:

@@ -199,32 +199,32 @@ def _heading_ids(notebook: Path) -> set:
 
 def test_toolkit_references_are_links_to_headings_that_exist():
     """Issue 28: a learner in Jupyter found the toolkit references as orphaned words. In the
-    portable notebooks they are links to ../toolkit.ipynb, and each anchor is the id that a
+    portable notebooks they are links to toolkit.ipynb beside them, and each anchor is the id that a
     render of the student-facing toolkit gives one of its headings (nbconvert's HTML export,
     not the rule the release uses to write the anchors)."""
     from urllib.parse import unquote
-    ids = _heading_ids(ROOT / "toolkit.ipynb")
+    ids = _heading_ids(ROOT / "chapters" / "toolkit.ipynb")
     assert {"Reductions-with-keepdim=True", "-inf,-exp-and-the-softmax"} <= ids, sorted(ids)  # the render's form
     links = [(path.name, m.group(1)) for path in STUDENT for text in _markdown_cells(path)
-             for m in re.finditer(r"\]\(\.\./toolkit\.ipynb(#[^)]*)?\)", text)]
+             for m in re.finditer(r"\]\(toolkit\.ipynb(#[^)]*)?\)", text)]
     chapters = {name for name, _ in links}
     assert {p.name for p in STUDENT[:4]} <= chapters, chapters   # chapters 1-4 all link to it
     anchored = [(name, unquote(anchor[1:])) for name, anchor in links if anchor]
     assert len(anchored) >= 10, anchored
     missing = [(name, anchor) for name, anchor in anchored if anchor not in ids]
     assert not missing, (missing, sorted(ids))
-    assert (ROOT / "chapters" / ".." / "toolkit.ipynb").exists()
+    assert (ROOT / "chapters" / "toolkit.ipynb").exists()
 
 
 def test_student_facing_toolkit_shows_no_myst_markup():
     """Issue 28: the toolkit showed its MyST targets, `(toolkit-keepdim)=`, as text in Jupyter.
-    What a student opens, toolkit.ipynb beside chapters/ (the one the chapters link to and the
+    What a student opens, chapters/toolkit.ipynb (the one the chapters link to and the
     one a student release copies), is the portable form `release` writes: no target, no role,
     no directive. The MyST source the site is built from keeps every target a chapter refers to."""
     from attention_course.release import TOOLKIT_SOURCE, toolkit_notebook
-    student_text = (ROOT / "toolkit.ipynb").read_text(encoding="utf-8")
+    student_text = (ROOT / "chapters" / "toolkit.ipynb").read_text(encoding="utf-8")
     assert student_text == toolkit_notebook(ROOT), "toolkit.ipynb is stale: run `attention-course release`"
-    cells = _markdown_cells(ROOT / "toolkit.ipynb")
+    cells = _markdown_cells(ROOT / "chapters" / "toolkit.ipynb")
     assert len(cells) >= 10
     for cell in cells:
         assert not RAW_TARGET.search(cell), RAW_TARGET.search(cell).group(0)
@@ -237,7 +237,7 @@ def test_student_facing_toolkit_shows_no_myst_markup():
     assert referred and referred <= targets, sorted(referred - targets)
     # The same text, headings and code in both forms: only MyST markup was converted.
     source = nbformat.read(str(ROOT / TOOLKIT_SOURCE), as_version=4)
-    student = nbformat.read(str(ROOT / "toolkit.ipynb"), as_version=4)
+    student = nbformat.read(str(ROOT / "chapters" / "toolkit.ipynb"), as_version=4)
     assert [c.source for c in source.cells if c.cell_type == "code"] == \
         [c.source for c in student.cells if c.cell_type == "code"]
     assert [c.outputs for c in source.cells if c.cell_type == "code"] == \

@@ -48,6 +48,8 @@ def test_on_the_student_notebooks_nothing_is_done_yet():
         assert f"next: ch{chapter:02d}_ex1 " in out
     assert re.search(rf"^Total: 0/{len(labels)} exercises done, 0/\d+ public checks passed, "
                      rf"in {len(CHAPTERS)} notebooks\nNext:  ch01_ex1 .* \(chapters/01_\w+\.ipynb\)$", out, re.M), out
+    # The tensor toolkit beside the chapters has no exercise: nothing to report, not even a skip.
+    assert (ROOT / "chapters" / "toolkit.ipynb").exists() and "toolkit" not in out, out
     # Not a terminal: no colour codes.
     assert "\033[" not in out
     # The default folder is chapters/ when run from the course folder (the last line is the timing).

@@ -212,14 +212,14 @@ def test_the_release_gives_students_the_toolkit_without_myst_targets(release_1_3
     def markdown(path):
         return ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
                 if c["cell_type"] == "markdown"]
-    assert not any(raw_target.search(cell) for cell in markdown(out / "toolkit.ipynb"))
+    assert not any(raw_target.search(cell) for cell in markdown(out / "chapters" / "toolkit.ipynb"))
     assert any(raw_target.search(cell) for cell in markdown(out / "pages" / "toolkit.ipynb"))
     html = out / "_build" / "html"
     download = html / "_sources" / "pages" / "toolkit.ipynb"
-    assert download.read_text(encoding="utf-8") == (out / "toolkit.ipynb").read_text(encoding="utf-8")
+    assert download.read_text(encoding="utf-8") == (out / "chapters" / "toolkit.ipynb").read_text(encoding="utf-8")
     page = (html / "pages" / "toolkit.html").read_text(encoding="utf-8")
     links = re.findall(r'href="([^"]*toolkit\.ipynb[^"]*)"', page)
-    assert any("blob/main/toolkit.ipynb" in link for link in links), links          # Colab: the portable one
+    assert any("blob/main/chapters/toolkit.ipynb" in link for link in links), links          # Colab: the portable one
     assert not [link for link in links if "pages/toolkit.ipynb" in link and "_sources" not in link], links
     # A chapter page's reference to a toolkit section lands on that section of the toolkit's page.
     chapter = (html / "pages" / "01_queries_keys_values.html").read_text(encoding="utf-8")
