@@ -75,7 +75,8 @@ def test_a_release_of_chapters_1_to_3_shows_no_graded_answer(release_1_3, tmp_pa
     assert not (package / "exercises").exists() and not (package / "grading").exists()
     assert not (out / "solutions").exists() and not (out / "instructors.md").exists()
     assert sorted(p.name for p in (out / "chapters").glob("*.ipynb")) == [
-        "01_queries_keys_values.ipynb", "02_nadaraya_watson.ipynb", "03_scoring_functions.ipynb"]
+        "01_queries_keys_values.ipynb", "02_nadaraya_watson.ipynb", "03_scoring_functions.ipynb",
+        "toolkit.ipynb"]  # the tensor toolkit's student notebook, beside the chapters'
     # The search can fail: a copy with one line of ch03_ex1's reference planted in it is caught.
     import inspect
     from attention_course.registry import get_exercise
