@@ -399,6 +399,17 @@ def load_pretrained_transformer(name: str = "ch08_transformer.pt") -> Transforme
     return model.eval()
 
 
+def load_pretrained_bahdanau(name: str = "ch08_bahdanau.pt"):
+    """The race's Bahdanau model (first seed), trained by ``bench/transformer.py --part race``
+    beside :func:`load_pretrained_transformer`'s model, in eval mode."""
+    from .translation import build_model
+    state = torch.load(PRETRAINED_DIR / name, weights_only=True)
+    config = dict(state.pop("_config"))
+    model = build_model(attention=True, **{k: int(v) for k, v in config.items()})
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    return model.eval()
+
+
 # ------------------------------------------------------------------ training with a schedule
 
 def learning_rate_factor(progress: float, step: int, warmup: int, decay: bool = True) -> float:

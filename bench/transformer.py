@@ -59,8 +59,9 @@ models alternating within one run so that their ratio is measured under the same
 ``--speed-repeats`` steps after one warm-up step, tokens per second, the load average.
 
 ``--save`` writes what the chapter loads into ``attention_course/pretrained/``:
-``ch08_transformer.pt`` (written by ``race`` only: the first seed's Transformer after its fixed
-number of steps, float16; the accuracies printed are those of the rounded weights, so the shipped
+``ch08_transformer.pt`` and ``ch08_bahdanau.pt`` (written by ``race`` only: the first seed's
+model of each kind after its fixed number of steps, float16; ``--race-models bahdanau`` retrains
+only the Bahdanau model; the accuracies printed are those of the rounded weights, so the shipped
 model does not depend on the load of the machine; ``clock`` writes only its two CSVs),
 ``ch08_clock.csv`` and ``ch08_race.csv`` (curves of every seed and model),
 ``ch08_clock_summary.csv`` and ``ch08_race_summary.csv``, ``ch08_norm.csv``, ``ch08_grad_norms.csv``, ``ch08_init.csv``
@@ -121,9 +122,9 @@ def rounded(model) -> dict:
 def race(args, data, by_time: bool) -> dict:
     """Both models, every seed: a budget of ``args.seconds`` of training time (``by_time``) or of
     each model's ``SETTINGS[...]["steps"]`` optimiser steps; the cosine follows the budget."""
-    curves, summary, shipped = [], [], None
+    curves, summary, shipped = [], [], {}
     for seed in args.seeds:
-        for name in ("transformer", "bahdanau"):
+        for name in args.race_models:
             model = build(name, seed)
             settings = SETTINGS[name]
             lr = settings["lr"]
@@ -151,8 +152,8 @@ def race(args, data, by_time: bool) -> dict:
                 else f"95 % not reached (best {100 * s['best_val']:.1f} %)"
             print(f"  seed {seed} {name:11s}: {s['steps']:5d} steps in {s['seconds']:5.1f} s, {when}, "
                   f"test exact match {100 * test:.2f} %  (load {start_load})", flush=True)
-            if name == "transformer" and seed == args.seeds[0]:
-                shipped = state
+            if seed == args.seeds[0]:
+                shipped[name] = state
     print(f"\n{'':22s}{'Transformer':>24s}{'Bahdanau (ch. 7)':>24s}")
 
     def column(name, key, fmt):
@@ -442,6 +443,9 @@ def main() -> int:
     parser.add_argument("--speed-lengths", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
     parser.add_argument("--speed-batch", type=int, default=32)
     parser.add_argument("--speed-repeats", type=int, default=5)
+    parser.add_argument("--race-models", nargs="+", choices=["transformer", "bahdanau"],
+                        default=["transformer", "bahdanau"],
+                        help="which models clock and race train (both by default)")
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--out", type=Path, default=tr.PRETRAINED_DIR,
                         help="where --save writes (one folder per process when seeds run side by side)")
@@ -465,8 +469,10 @@ def main() -> int:
         if args.save:
             write_csv(out / f"ch08_{part}.csv", result["curves"])
             write_csv(out / f"ch08_{part}_summary.csv", result["summary"])
-            if not by_time:      # the shipped model: a fixed number of steps, whatever the load
-                torch.save({**result["shipped"], "_config": dict(TRANSFORMER)}, out / "ch08_transformer.pt")
+            if not by_time:      # the shipped models: a fixed number of steps, whatever the load
+                configs = {"transformer": dict(TRANSFORMER), "bahdanau": dict(BAHDANAU)}
+                for name, state in result["shipped"].items():
+                    torch.save({**state, "_config": configs[name]}, out / f"ch08_{name}.pt")
     if "norm" in args.part:
         print(f"\nnorm: {args.norm_layers} layers, pre-LN against post-LN, lrs {args.norm_lrs}, "
               f"{args.norm_steps} steps")

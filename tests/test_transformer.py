@@ -227,6 +227,22 @@ def test_shipped_weights_translate():
     assert output == "1998-03-03" and weights.shape == (11, 18)
 
 
+def test_the_races_shipped_bahdanau_model_is_the_one_the_race_summary_records():
+    """ch08_bahdanau.pt is seed 0 of the race: its test exact match is the race summary's."""
+    import csv
+    path = tr.PRETRAINED_DIR / "ch08_bahdanau.pt"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run bench/transformer.py --part race --race-models bahdanau --seeds 0 --save")
+    summary = [r for r in csv.DictReader(open(tr.PRETRAINED_DIR / "ch08_race_summary.csv"))
+               if r["seed"] == "0" and r["model"] == "bahdanau"]
+    model = tf.load_pretrained_bahdanau()
+    assert isinstance(model, tr.Seq2Seq) and not model.training
+    test = tr.encode_split(tr.make_dataset(seed=0)["test"])
+    accuracy = tr.exact_match(model, test).float().mean().item()
+    # the shipped weights are rounded to float16, as the race's reported accuracy already was
+    assert accuracy == pytest.approx(float(summary[0]["test_exact_match"]), abs=0.002)
+
+
 def test_train_scheduled_merges_what_evaluate_returns_at_every_evaluation():
     data = tr.make_dataset(num_train=128, num_val=8, num_test=0, p_range=0.0, seed=6)
     train = tr.encode_split(data["train"])
