@@ -13,6 +13,7 @@ import copy
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # A returned value of any other type is recorded as unsupported (by its type name):
 # the parent never sees, and so never trusts, a student's own objects.
@@ -84,6 +85,32 @@ def _build_module(spec: dict) -> torch.nn.Module:
     return module.train(bool(spec.get("train", False)))
 
 
+class _LargestTensor(TorchDispatchMode):
+    """Records the largest tensor that any torch operation creates while it is active, in
+    entries of the memory under it (its storage), so a view (a slice, ``expand``) counts as
+    the tensor it looks into, and a tensor made by the backward pass of autograd counts too.
+    Used by ``report=("largest_tensor",)``: a check can then tell whether an answer ever held
+    a whole matrix it was asked to build tile by tile."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise torch wraps __torch_dispatch__ in torch._dynamo.disable, and the first use
+        # imports torch._dynamo: 4-5 s, for a mode that never meets torch.compile.
+        return False
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for item in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(item, torch.Tensor):
+                entries = item.untyped_storage().nbytes() // max(item.element_size(), 1)
+                self.largest = max(self.largest, entries)
+        return out
+
+
 def run_call(obj: Any, call, kind: str = "function") -> dict:
     """Execute ``call`` on ``obj`` and return its outcome as plain data."""
     try:
@@ -117,7 +144,12 @@ def run_call(obj: Any, call, kind: str = "function") -> dict:
                 f"expected a function, got {type(obj).__name__}"), note="wrong kind")
         if call.call_seed is not None:
             _seed(call.call_seed)
-        result = target(*args, **kwargs)
+        recorder = _LargestTensor() if "largest_tensor" in call.report else None
+        if recorder is None:
+            result = target(*args, **kwargs)
+        else:
+            with recorder:
+                result = target(*args, **kwargs)
         outcome = {"status": "ok", "value": to_plain(result)}
         if call.grads_of:
             out = result[0] if isinstance(result, (tuple, list)) else result
@@ -137,6 +169,8 @@ def run_call(obj: Any, call, kind: str = "function") -> dict:
         if "module_args_training" in call.report:   # the mode each layer argument is left in
             extras["training_flags_of_the_layer_arguments_after_the_call"] = [
                 bool(a.training) for a in args if isinstance(a, torch.nn.Module)]
+        if recorder is not None:
+            extras["largest_tensor_entries"] = recorder.largest
         if extras:
             outcome["extras"] = extras
         return outcome

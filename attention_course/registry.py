@@ -38,7 +38,9 @@ class Call:
     returned too (the args are made leaf tensors that require grad).
     ``report`` asks for extra facts about a module instance: ``"param_shapes"``
     (name -> shape of every parameter) and ``"buffer_names"``; ``"module_args_training"``
-    reports the mode (``training``) each layer argument is left in after the call.
+    reports the mode (``training``) each layer argument is left in after the call;
+    ``"largest_tensor"`` reports the largest tensor the call created, in entries of the memory
+    under it (``calls._LargestTensor``), for checks that an answer works tile by tile.
     An argument that is one of the course's layers is given as plain data, a dict
     ``{calls.MODULE_KEY: "multihead.MultiHeadAttention", "init_args": ..., "init_kwargs":
     ..., "state_dict": ..., "train": ...}``; each call builds its own layer from it.

@@ -284,3 +284,52 @@ def test_a_shape_error_names_the_inputs_by_argument(demo, capsys):
     check("ch99_ex1", lambda weights, values: (weights @ values)[0])
     assert "has shape (2,), expected (3, 2) [inputs: weights of shape (3, 5), values of shape (5, 2)]" \
         in capsys.readouterr().out
+
+
+# ------------------------------------------------------------- report=("largest_tensor",)
+
+from attention_course.calls import run_call  # noqa: E402
+
+
+def _largest(fn, *args):
+    return run_call(fn, Call(args=args, report=("largest_tensor",)))["extras"]["largest_tensor_entries"]
+
+
+def test_the_largest_tensor_report_counts_the_memory_under_every_tensor_created():
+    x = torch.randn(30, 4)
+    y = torch.randn(40, 4)
+    # A 30 x 40 product is the largest tensor; a slice of it still holds all 1,200 entries.
+    assert _largest(lambda a, b: (a @ b.T)[:2, :2].clone(), x, y) == 1200
+    # A view made by expand holds no new memory: it counts as the tensor it looks into.
+    assert _largest(lambda a, b: a[0].expand(1000, 4).sum(), x, y) <= 120
+    # Tensors made by autograd's backward pass count too: here only the backward makes a big one.
+    class BigBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return torch.zeros(50, 50)[:30, :4] + grad
+
+    def through_autograd(a, b):
+        with torch.enable_grad():
+            a = a.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(BigBackward.apply(a), a)
+        return g
+    assert _largest(through_autograd, x, y) == 2500
+    # Without the report, nothing is recorded and no extras are returned.
+    assert "extras" not in run_call(lambda a, b: a @ b.T, Call(args=(x, y)))
+
+
+def test_the_largest_tensor_report_does_not_import_torch_dynamo():
+    # torch wraps a dispatch mode's __torch_dispatch__ in torch._dynamo.disable unless told not
+    # to, and importing torch._dynamo takes seconds: too slow for a check.
+    import subprocess
+    code = ("import sys, torch; from attention_course.calls import run_call; from attention_course.registry import Call; "
+            "out = run_call(lambda a: a @ a.T, Call(args=(torch.ones(5, 2),), report=('largest_tensor',))); "
+            "assert out['extras']['largest_tensor_entries'] == 25, out; "
+            "assert 'torch._dynamo' not in sys.modules")
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, env={**os.environ, "PYTHONPATH": root})

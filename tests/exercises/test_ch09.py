@@ -15,11 +15,13 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attention_course.checking import hidden_seed, judge, outcomes_for
 from attention_course.registry import all_exercises, get_exercise
 
-from exercise_helpers import BLAMING, assert_mistake, mistake_hint, passes_everywhere, statement
+from exercise_helpers import (BLAMING, assert_mistake, check_named, failed_checks, mistake_hint,
+                              passes_everywhere, statement)
 
 
 # ------------------------------------------------------------- ch09_ex1
@@ -213,6 +215,150 @@ def _step_heads_round_robin(x_new, k_cache, v_cache, w_query, w_key, w_value, nu
 def test_ch09_ex4_interleaved_heads_are_named():
     assert_mistake("ch09_ex4", _step_heads_round_robin, "heads interleaved",
                     must_not=("sits at position", "old tokens first", "mask"))
+
+
+# ------------------------------------------------------------- ch09_ex6
+
+def _forward_loss_grads(queries, keys, values, grad_output, grad_lse):
+    """dQ, dK, dV of (O * grad_output).sum() + (L * grad_lse).sum() by autograd through a float64
+    forward pass that forms the whole score matrix: the trusted answer these tests compare with."""
+    leaves = [t.detach().double().requires_grad_(True) for t in (queries, keys, values)]
+    q, k, v = leaves
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    loss = (torch.softmax(scores, dim=-1) @ v * grad_output.double()).sum() + \
+        (torch.logsumexp(scores, dim=-1) * grad_lse.double()).sum()
+    return torch.autograd.grad(loss, leaves)
+
+
+def _saved_forward(queries, keys, values):
+    scores = queries.double() @ keys.double().transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    return ((torch.softmax(scores, dim=-1) @ values.double()).to(queries.dtype),
+            torch.logsumexp(scores, dim=-1).to(queries.dtype))
+
+
+@pytest.mark.parametrize("lead,n_q,n_k,d,d_v,block,dtype", [
+    ((), 7, 5, 3, 2, 2, torch.float64), ((2, 3), 9, 11, 4, 5, 4, torch.float64),
+    ((2,), 10, 7, 5, 3, 3, torch.float32), ((1,), 1, 6, 2, 4, 10, torch.float32)])
+@pytest.mark.parametrize("grad_lse_size", [0.0, 2.0])
+def test_ch09_ex6_the_reference_agrees_with_autograd_in_float64(lead, n_q, n_k, d, d_v, block, dtype,
+                                                                grad_lse_size):
+    g = torch.Generator().manual_seed(n_q * 100 + n_k)
+    q, k = torch.randn(*lead, n_q, d, generator=g, dtype=dtype), torch.randn(*lead, n_k, d, generator=g, dtype=dtype)
+    v = torch.randn(*lead, n_k, d_v, generator=g, dtype=dtype)
+    d_out = torch.randn(*lead, n_q, d_v, generator=g, dtype=dtype)
+    d_lse = torch.randn(*lead, n_q, generator=g, dtype=dtype) * grad_lse_size
+    out, lse = _saved_forward(q, k, v)
+    got = get_exercise("ch09_ex6").reference(q, k, v, out, lse, d_out, d_lse, block)
+    want = _forward_loss_grads(q, k, v, d_out, d_lse)
+    tol = 1e-10 if dtype == torch.float64 else 2e-5
+    for mine, exact, like in zip(got, want, (q, k, v)):
+        assert mine.dtype == dtype and mine.shape == like.shape
+        assert torch.allclose(mine.double(), exact, rtol=tol, atol=tol), (mine - exact).abs().max()
+
+
+def _student_backward(queries, keys, values, output, lse, grad_output, grad_lse, block, *, lse_sign=1,
+                      row_d="output", probs="lse", grad_root=True, root_of="d", strict=True, whole=False,
+                      key_tiles=True):
+    """A student's answer; each keyword switches on one mistake (key_tiles=False: query blocks
+    against all the keys at once, which the contract allows)."""
+    if strict and (type(block) is not int or block < 1):
+        raise ValueError(f"block must be a Python int of at least 1, got block={block!r}")
+    n_q, n_k = queries.shape[-2], keys.shape[-2]
+    c = 1 / math.sqrt(values.shape[-1] if root_of == "v" else queries.shape[-1])
+    step_q = n_q if whole else block
+    step_k = n_k if whole or not key_tiles else block
+    dq, dk, dv = torch.zeros_like(queries), torch.zeros_like(keys), torch.zeros_like(values)
+    for i in range(0, n_q, step_q):
+        qi, gi = queries[..., i:i + step_q, :], grad_output[..., i:i + step_q, :]
+        for j in range(0, n_k, step_k):
+            kj, vj = keys[..., j:j + step_k, :], values[..., j:j + step_k, :]
+            s = qi @ kj.transpose(-2, -1) * c
+            if probs == "lse":
+                p = (s - lse[..., i:i + step_q, None]).exp()
+            elif probs == "divide":
+                p = s.exp() / lse[..., i:i + step_q, None].exp()
+            else:
+                p = s.softmax(dim=-1)
+            dp = gi @ vj.transpose(-2, -1)
+            if row_d == "output":
+                big_d = (gi * output[..., i:i + step_q, :]).sum(-1, keepdim=True)
+            else:
+                big_d = (p * dp).sum(-1, keepdim=True)
+            ds = p * (dp - big_d + lse_sign * grad_lse[..., i:i + step_q, None])
+            dv[..., j:j + step_k, :] += p.transpose(-2, -1) @ gi
+            dq[..., i:i + step_q, :] += ds @ kj * (c if grad_root else 1)
+            dk[..., j:j + step_k, :] += ds.transpose(-2, -1) @ qi * (c if grad_root else 1)
+    return dq, dk, dv
+
+
+def test_ch09_ex6_a_correct_student_loop_passes():
+    # The switches below are the only difference between this loop and the mistakes.
+    passes_everywhere("ch09_ex6", _student_backward)
+
+
+def test_ch09_ex6_query_blocks_against_all_the_keys_are_within_the_budget():
+    # The contract allows a block of queries against every key (block x n_k scores at a time).
+    passes_everywhere("ch09_ex6", lambda *args: _student_backward(*args, key_tiles=False))
+
+
+@pytest.mark.parametrize("switch,mistake", [
+    (dict(lse_sign=0), "grad_lse ignored"),
+    (dict(lse_sign=-1), "grad_lse with the wrong sign"),
+    (dict(row_d="tile"), "D from the tile's own probabilities"),
+    (dict(probs="tile"), "each tile's softmax taken as the probabilities"),
+    (dict(probs="divide"), "exp of the score before dividing by exp(L)"),
+    (dict(grad_root=False), "dQ and dK not scaled"),
+    (dict(root_of="v"), "scores scaled by the square root of d_v"),
+    (dict(whole=True), "the whole score matrix formed"),
+    (dict(strict=False), "block not checked"),
+], ids=["lse_ignored", "lse_sign", "tile_d", "tile_softmax", "unshifted_exp", "no_grad_scale", "sqrt_d_v",
+        "whole_matrix", "block_unchecked"])
+def test_ch09_ex6_each_mistake_gets_its_own_hint(switch, mistake):
+    def answer(queries, keys, values, output, lse, grad_output, grad_lse, block):
+        return _student_backward(queries, keys, values, output, lse, grad_output, grad_lse, block, **switch)
+    assert_mistake("ch09_ex6", answer, mistake)
+
+
+def test_ch09_ex6_autograd_through_the_whole_forward_pass_is_caught_by_the_tile_check():
+    # Right gradients by autograd through a forward pass of the whole matrix (through
+    # F.scaled_dot_product_attention for O): the tile check alone fails it, with the whole-matrix hint.
+    def answer(queries, keys, values, output, lse, grad_output, grad_lse, block):
+        if type(block) is not int or block < 1:
+            raise ValueError(f"block must be a Python int of at least 1, got block={block!r}")
+        with torch.enable_grad():
+            q, k, v = (t.detach().requires_grad_(True) for t in (queries, keys, values))
+            o = F.scaled_dot_product_attention(q, k, v)
+            lse_again = torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+            loss = (o * grad_output).sum() + (lse_again * grad_lse).sum()
+            return torch.autograd.grad(loss, (q, k, v))
+    failed = failed_checks("ch09_ex6", answer)
+    assert [r.check for r in failed] == [check_named("ch09_ex6", "tile by tile").name], [r.line() for r in failed]
+    assert failed[0].mistake == "the whole score matrix formed"
+
+
+def test_ch09_ex6_a_public_check_with_grad_lse_nonzero_and_scores_that_overflow_float32():
+    checks = [c for c in get_exercise("ch09_ex6").public_checks if c.must_mention == ()]
+    assert sum(any(bool(call.args[6].abs().max() > 0.1) for call in c.make_calls(c.seed)) for c in checks) >= 3
+    sharp = check_named("ch09_ex6", "scores above 88")
+    for seed in (sharp.seed, 11, 2026, 7):
+        for call in sharp.make_calls(seed):
+            q, k = call.args[0], call.args[1]
+            assert q.dtype == torch.float32
+            assert (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).max() > 88
+
+
+def test_ch09_ex6_the_tile_checks_make_the_whole_matrix_exceed_the_budget():
+    exercise = get_exercise("ch09_ex6")
+    for index, check in enumerate(exercise.checks):
+        if "tile by tile" not in check.name:
+            continue
+        for seed in (check.seed, hidden_seed(11, index), hidden_seed(2026, index)):
+            for call in check.make_calls(seed):
+                q, k, v = call.args[:3]
+                n = math.prod(q.shape[:-2])
+                budget = n * max(q.shape[-2], k.shape[-2]) * max(call.args[-1], q.shape[-1], v.shape[-1])
+                assert call.report == ("largest_tensor",)
+                assert n * q.shape[-2] * k.shape[-2] > budget
 
 
 # ------------------------------------------------------------- every check hint of the chapter

@@ -5,6 +5,8 @@ ch09_ex2  online_softmax_stats(blocks)                           -> (maxima, sum
 ch09_ex3  causal_tiled_attention(queries, keys, values, block_size) -> (output, tiles)
 ch09_ex4  cached_attention_step(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads)
                                                                  -> (context, k_cache, v_cache)
+ch09_ex6  attention_backward_with_lse(queries, keys, values, output, lse, grad_output, grad_lse, block)
+                                                                 -> (grad_queries, grad_keys, grad_values)
 
 Conventions fixed by this chapter (stated in each exercise's contract):
 
@@ -31,4 +33,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex2_online_softmax_stats,
     ex3_causal_tiled_attention,
     ex4_cached_attention_step,
+    ex6_attention_backward_with_lse,
 )
