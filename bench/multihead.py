@@ -4,6 +4,9 @@
     .venv/bin/python bench/multihead.py            # print the table and the target lines
     .venv/bin/python bench/multihead.py --save     # also write bench/multihead_results.csv
     .venv/bin/python bench/multihead.py --quick    # two small sizes only (a smoke test)
+    .venv/bin/python bench/multihead.py --sdpa-memory [--save]
+                          # only the memory of F.scaled_dot_product_attention's arguments,
+                          # written to bench/multihead_sdpa_memory.csv with --save
 
 The layers (all from :mod:`attention_course.multihead`, d_model = 768, 12 heads of 64,
 causal, dropout 0, loaded with the same weights and checked to agree before timing):
@@ -45,6 +48,28 @@ workspaces), which are tiny here.
 
 The script prints PASS/FAIL lines for the chapter's targets and never asserts: timings
 depend on the machine and on whatever else runs on it.
+
+**Which arguments keep the fused kernel's memory saving (``--sdpa-memory``).** On CPU,
+``F.scaled_dot_product_attention`` chooses between a fused flash-attention kernel and the
+"math" fallback, which is the naive computation written in ATen. The choice depends on
+the arguments, so this mode measures the peak memory (same profiler count as above, no
+timing) of
+
+* one head of 64 features at 4096 tokens (batch 1), queries, keys and values given;
+  "forward" under ``torch.no_grad()``, "fwd+bwd" with gradients of all three. Variants:
+  ``naive`` (scores, causal ``masked_fill``, softmax, weighted values, by hand),
+  ``is_causal`` (``is_causal=True``), ``bool_mask`` (a causal boolean ``attn_mask``,
+  ``True`` = may attend), ``float_mask`` (an additive float ``attn_mask``, 0 or -inf),
+  ``dropout`` (``is_causal=True, dropout_p=0.1``) and ``math_forced`` (``is_causal=True``
+  inside ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)``). A mask is built before the
+  step, so it is not counted in ``peak_mb``; its own size is the ``mask_mb`` column;
+* the chapter's layers at 1024 tokens (d_model 768, 12 heads), one training step
+  (fwd+bwd), with dropout 0 and 0.1: ``efficient`` (hand-written core) and ``sdpa``.
+
+The ``backend`` column is what ``torch._fused_sdp_choice`` (a private function that
+``F.scaled_dot_product_attention`` consults) returns for these arguments: ``flash`` or
+``math``. The small figures of the fused kernel grow with the thread count (it keeps
+per-thread buffers); the large ones do not.
 """
 from __future__ import annotations
 
@@ -67,6 +92,8 @@ SIZES = [(1, 32), (1, 64), (1, 128), (1, 256), (1, 512), (1, 1024), (8, 64)]
 QUICK_SIZES = [(1, 32), (8, 64)]
 VARIANTS = ["wrapper", "efficient", "sdpa"]
 CSV_PATH = ROOT / "bench" / "multihead_results.csv"
+SDPA_CSV_PATH = ROOT / "bench" / "multihead_sdpa_memory.csv"
+HEAD_TOKENS, HEAD_DIM, LAYER_TOKENS, DROPOUT = 4096, 64, 1024, 0.1
 
 
 def build(variant: str, seed: int = 0):
@@ -150,6 +177,91 @@ def measure_memory(variant: str, batch: int, tokens: int) -> dict:
     return out
 
 
+def backend_name(q, k, v, **kwargs) -> str:
+    """The backend SDPA picks for these arguments (from a private function; "unknown" if it moved)."""
+    from torch.nn.attention import SDPBackend
+    try:
+        choice = int(torch._fused_sdp_choice(q, k, v, **kwargs))
+    except (AttributeError, RuntimeError, TypeError):
+        return "unknown"
+    names = {int(SDPBackend.MATH.value): "math", int(SDPBackend.FLASH_ATTENTION.value): "flash",
+             int(SDPBackend.EFFICIENT_ATTENTION.value): "efficient"}
+    return names.get(choice, str(choice))
+
+
+def sdpa_argument_memory() -> list:
+    """Rows of the --sdpa-memory table (see the module docstring)."""
+    import math
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    n, d = HEAD_TOKENS, HEAD_DIM
+    g = torch.Generator().manual_seed(0)
+    base = [torch.randn(1, 1, n, d, generator=g) for _ in range(3)]
+    allowed = torch.ones(n, n, dtype=torch.bool).tril()              # SDPA's convention: True = may attend
+    additive = torch.zeros(n, n).masked_fill(~allowed, -math.inf)
+
+    def naive(q, k, v):
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(d)).masked_fill(~allowed, -math.inf)
+        return scores.softmax(dim=-1) @ v
+
+    def math_forced(q, k, v):
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    # name -> (function, SDPA's keyword arguments or None, size of the mask built beforehand)
+    variants = {
+        "naive": (naive, None, allowed),
+        "is_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                      {"is_causal": True}, None),
+        "bool_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=allowed),
+                      {"attn_mask": allowed}, allowed),
+        "float_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=additive),
+                       {"attn_mask": additive}, additive),
+        "dropout": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=DROPOUT),
+                    {"is_causal": True, "dropout_p": DROPOUT}, None),
+        "math_forced": (math_forced, None, None),
+    }
+    rows = []
+    for name, (fn, kwargs, mask) in variants.items():
+        def forward():
+            with torch.no_grad():
+                return fn(*base)
+
+        def fwd_bwd():
+            q, k, v = (t.clone().requires_grad_() for t in base)
+            fn(q, k, v).sum().backward()
+
+        forward(), fwd_bwd()            # warm-up: one-off allocations stay out of the count
+        if kwargs is None:
+            backend = "math" if name == "math_forced" else "none"
+        else:
+            backend = backend_name(*base, **kwargs)
+        mask_mb = 0.0 if mask is None else mask.numel() * mask.element_size() / 2**20
+        for mode, step in (("forward", forward), ("fwd+bwd", fwd_bwd)):
+            rows.append({"setting": f"one head, {n} tokens", "variant": name, "backend": backend,
+                         "mode": mode, "peak_mb": f"{peak_mb(step):.2f}", "mask_mb": f"{mask_mb:.2f}"})
+            print(rows[-1], flush=True)
+
+    x = make_input(1, LAYER_TOKENS)
+    for variant in ("efficient", "sdpa"):
+        for p in (0.0, DROPOUT):
+            layer = build(variant)
+            layer.dropout.p = p
+            run_fwd_bwd(layer, x)
+            layer.zero_grad(set_to_none=True)
+            if variant == "sdpa":
+                heads = torch.randn(1, NUM_HEADS, LAYER_TOKENS, D_MODEL // NUM_HEADS)
+                backend = backend_name(heads, heads, heads, is_causal=True, dropout_p=p)
+            else:
+                backend = "none"
+            rows.append({"setting": f"layer, {LAYER_TOKENS} tokens", "variant": f"{variant}, dropout {p:g}",
+                         "backend": backend, "mode": "fwd+bwd",
+                         "peak_mb": f"{peak_mb(lambda: run_fwd_bwd(layer, x)):.2f}", "mask_mb": "0.00"})
+            print(rows[-1], flush=True)
+    return rows
+
+
 def fmt_ratio(a: float, b: float) -> str:
     return f"{a / b:6.2f}x" if b > 0 else "    n/a"
 
@@ -159,8 +271,20 @@ def main() -> int:
     parser.add_argument("--save", action="store_true", help=f"write {CSV_PATH.relative_to(ROOT)}")
     parser.add_argument("--quick", action="store_true", help="only batch 1 x 32 and batch 8 x 64")
     parser.add_argument("--rounds", type=int, default=2, help="timing sweeps over all sizes (default 2)")
+    parser.add_argument("--sdpa-memory", action="store_true",
+                        help="only the peak memory of F.scaled_dot_product_attention's arguments")
     args = parser.parse_args()
     torch.set_num_threads(THREADS)
+    if args.sdpa_memory:
+        rows = sdpa_argument_memory()
+        if args.save:
+            write_csv(SDPA_CSV_PATH, rows, comments=[
+                measured_by("multihead.py --sdpa-memory", THREADS),
+                f"peak_mb = most MB alive at once in the CPU allocator during the step (torch.profiler); "
+                f"mask_mb = size of the mask, built before the step and not counted in peak_mb; "
+                f"backend = what SDPA picks for these arguments (torch._fused_sdp_choice)"])
+            print(f"wrote {SDPA_CSV_PATH.relative_to(ROOT)}")
+        return 0
     load_before = os.getloadavg()[0]
     sizes = QUICK_SIZES if args.quick else SIZES
     date = _dt.date.today().isoformat()
