@@ -145,7 +145,11 @@ def _grade(args) -> int:
     print(f"graded {len(run.results)} submissions of chapter {args.chapter:02d} in {run.seconds:.1f} s "
           f"(seed {run.plan.seed}); mean {summary['mean_total']:.2f} / {run.plan.max_total:g}")
     print(f"wrote {out}/grades.csv, {out}/feedback/ ({len(run.results)} files), {out}/summary.md, "
-          f"{out}/histogram.png, {out}/grading.log")
+          f"{out}/histogram.png, {out}/items.csv, {out}/misconceptions.csv, {out}/items.png, {out}/grading.log")
+    flagged = sum(1 for ex in summary["items"] for c in ex.checks if c.flag)
+    if flagged:
+        print(f"{flagged} check(s) flagged: almost nobody passes them while passing the rest of their exercise "
+              f"(see {out}/summary.md, 'Checks to look at')")
     return 0
 
 
