@@ -199,3 +199,35 @@ def test_reason_patterns_group_numbers_and_drop_inputs():
     assert a == b == "the result has shape (#, #), expected (#, #)"
     assert reason_pattern("ch01_ex1 float64 \x1b[31m") == "ch01_ex1 float64 \\x1b[#m"
     assert len(reason_pattern("x" * 1000)) == 200
+
+
+def test_ch01_every_recoverable_kept_mistake_becomes_a_cell_that_behaves_like_it():
+    """mistake_source, which builds the synthetic classes (here and in bench/grading.py): each
+    kept mistake of chapter 1 whose source is its own, run from its cell in a fresh namespace
+    (the chapter's setup cell first, as in a grading child), fails some check like that mistake
+    and no check in any other way."""
+    from attention_course.checking import hidden_seed, judge, outcomes_for
+    from attention_course.notebook import load_cells, setup_code
+    from attention_course.registry import all_exercises
+    setup = setup_code(load_cells(STUDENT_1))
+    recovered = 0
+    for exercise in all_exercises(1):
+        for mistake in exercise.mistakes:
+            source = mistake_source(exercise, mistake)
+            if source is None:
+                continue
+            assert "attention_course.exercises" not in source and "@mistakes" not in source
+            namespace: dict = {}
+            exec(compile(setup, "setup", "exec"), namespace)
+            exec(compile(source, f"{exercise.label}: {mistake.name}", "exec"), namespace)
+            answer = namespace[exercise.name]
+            seen = set()
+            for index, check in enumerate(exercise.checks):
+                calls = check.make_calls(hidden_seed(23, index))
+                result = judge(exercise, check, calls, outcomes_for(answer, calls, exercise.kind))
+                if not result.passed:
+                    seen.add(result.mistake)
+            assert seen == {mistake.name}, (exercise.label, mistake.name, seen)
+            recovered += 1
+    # Chapter 1 keeps 31 kept mistakes; the 7 of ch01_ex4 come from a factory and are not recoverable.
+    assert recovered >= 24

@@ -12,6 +12,7 @@ Trusted code only: it reads the course's own modules, never a submission.
 from __future__ import annotations
 
 import ast
+import dis
 import inspect
 import textwrap
 import types
@@ -21,7 +22,10 @@ _PLAIN = (int, float, str, bool, type(None))
 
 
 def _code_names(code: types.CodeType) -> set:
-    names = set(code.co_names)
+    """The global names ``code`` (and the functions and comprehensions inside it) reads; not
+    ``co_names``, which holds attribute names too (``type(t).__name__`` is no global)."""
+    names = {ins.argval for ins in dis.get_instructions(code)
+             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str)}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _code_names(const)
@@ -42,8 +46,11 @@ def _globals_used(obj) -> tuple:
                      for v in vars(obj).values()]
         functions = [f for f in functions if inspect.isfunction(f)]
         names = set().union(*(_code_names(f.__code__) for f in functions)) if functions else set()
+        # The class statement's own expressions: its bases and its body outside the methods.
         statement = ast.parse(textwrap.dedent(inspect.getsource(obj))).body[0]
-        names |= {n.id for base in statement.bases for n in ast.walk(base) if isinstance(n, ast.Name)}
+        parts = statement.bases + statement.keywords + [node for node in statement.body
+                                                        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        names |= {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
         module_globals = vars(inspect.getmodule(obj))
     else:
         names, module_globals = _code_names(obj.__code__), obj.__globals__
@@ -51,8 +58,12 @@ def _globals_used(obj) -> tuple:
 
 
 def _recoverable(obj) -> bool:
-    return (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__name__ != "<lambda>" \
-        and "<locals>" not in obj.__qualname__
+    """A module-level function or class whose source is its own: the module holds it under its
+    name (a factory's product may carry the name of another definition, e.g. the reference's)."""
+    if not (inspect.isfunction(obj) or inspect.isclass(obj)) or obj.__qualname__ != obj.__name__:
+        return False
+    module = inspect.getmodule(obj)
+    return module is not None and vars(module).get(obj.__name__) is obj
 
 
 def _in_runtime(module: str) -> bool:
@@ -107,4 +118,15 @@ def mistake_source(exercise, mistake) -> Optional[str]:
 
     if not visit(impl):
         return None
-    return "\n".join(sorted(set(imports.values())) + [""] + blocks) + f"\n{exercise.name} = {impl.__name__}\n"
+    body = "\n".join(sorted(set(imports.values())) + [""] + blocks)
+    if exercise.name not in imports and not any(_defines(block, exercise.name) for block in blocks):
+        return body + f"\n{exercise.name} = {impl.__name__}\n"
+    # The mistake calls the reference by the exercise's own name (a wrong wrapper around a right
+    # answer): binding that name to the mistake would make it call itself. Its helpers stay local
+    # to a function, so the reference keeps its name there.
+    return (f"def _kept_mistake():\n{textwrap.indent(body, '    ')}\n    return {impl.__name__}\n\n\n"
+            f"{exercise.name} = _kept_mistake()\n")
+
+
+def _defines(block: str, name: str) -> bool:
+    return block.startswith((f"def {name}(", f"class {name}(", f"class {name}:", f"{name} = "))
