@@ -153,7 +153,7 @@ def _grade(args) -> int:
         from .grading.lms import CANVAS_CSV, RosterError, write_canvas_csv
         assignment = args.canvas_assignment or f"Chapter {args.chapter:02d}"
         try:
-            canvas = write_canvas_csv(run.results, run.plan, Path(args.canvas_roster), out / CANVAS_CSV, assignment)
+            canvas = write_canvas_csv(run.results, Path(args.canvas_roster), out / CANVAS_CSV, assignment)
         except RosterError as error:
             print(f"attention-course grade: {error}", file=sys.stderr)
             return 2

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +37,7 @@ def test_canvas_csv_matches_submissions_by_sis_login_id_and_leaves_out_the_rest(
                      '"Hopper, Grace",103,S-3,grace,Section A,\n'
                      '"Student, Test",999,,,Section A,\n')
     out = tmp_path / "canvas.csv"
-    report = write_canvas_csv(_results(ada=7.5, alan=10, mallory=3), NS(), roster, out, "Chapter 01 (4242)")
+    report = write_canvas_csv(_results(ada=7.5, alan=10, mallory=3), roster, out, "Chapter 01 (4242)")
     rows = _read(out)
     assert rows[0] == list(IDENTITY) + ["Chapter 01 (4242)"]
     assert rows[1:] == [["Lovelace, Ada", "101", "S-1", "ada", "Section A", "7.5"],
@@ -51,7 +50,7 @@ def test_a_submission_column_overrides_the_ids(tmp_path):
                      '"Lovelace, Ada",101,S-1,ada,A,ada_lovelace\n'
                      '"Turing, Alan",102,S-2,alan,B,at\n')
     out = tmp_path / "canvas.csv"
-    report = write_canvas_csv(_results(ada_lovelace=1, at=2, ada=5), NS(), roster, out, "Chapter 03")
+    report = write_canvas_csv(_results(ada_lovelace=1, at=2, ada=5), roster, out, "Chapter 03")
     assert [r[1] for r in _read(out)[1:]] == ["101", "102"] and [r[-1] for r in _read(out)[1:]] == ["1", "2"]
     assert report["unmatched"] == ["ada"]
 
@@ -59,7 +58,7 @@ def test_a_submission_column_overrides_the_ids(tmp_path):
 def test_a_formula_in_the_roster_never_reaches_canvas_csv_as_a_formula(tmp_path):
     roster = _roster(tmp_path, HEADER + '\n"=HYPERLINK(""http://x"")",101,S-1,ada,A\n')
     out = tmp_path / "canvas.csv"
-    write_canvas_csv(_results(ada=1), NS(), roster, out, "Chapter 01")
+    write_canvas_csv(_results(ada=1), roster, out, "Chapter 01")
     assert _read(out)[1][0].startswith("'=")
 
 
@@ -72,7 +71,7 @@ def test_a_formula_in_the_roster_never_reaches_canvas_csv_as_a_formula(tmp_path)
 def test_a_bad_roster_is_a_clear_error(tmp_path, text, words):
     roster = _roster(tmp_path, text)
     with pytest.raises(RosterError) as error:
-        write_canvas_csv(_results(ada=1), NS(), roster, tmp_path / "canvas.csv", "Chapter 01")
+        write_canvas_csv(_results(ada=1), roster, tmp_path / "canvas.csv", "Chapter 01")
     assert all(w in str(error.value) for w in words), str(error.value)
     assert str(roster) in str(error.value)
 

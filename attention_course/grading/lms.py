@@ -97,7 +97,7 @@ def match_roster(students: list, rows: list, path: Path) -> tuple:
     return matched, unmatched, absent
 
 
-def write_canvas_csv(results: list, plan, roster_path: Path, path: Path, assignment: str) -> dict:
+def write_canvas_csv(results: list, roster_path: Path, path: Path, assignment: str) -> dict:
     """Canvas's import CSV: one row per roster student with a submission, the chapter's total in
     the ``assignment`` column; returns who matched no roster row and who on the roster has no
     submission (their grade is left as it is in Canvas: they get no row)."""
