@@ -130,13 +130,16 @@ def _grade(args) -> int:
             print(f"attention-course grade: {target} is neither a notebook nor a folder", file=sys.stderr)
             return 2
         submissions, ignored = discover(target)
+        if args.canvas_roster:
+            from .grading.lms import read_roster
+            read_roster(Path(args.canvas_roster))  # a bad roster stops before the class is graded
         if not submissions:
             print(f"attention-course grade: no submission (.ipynb, or a folder holding one) in {target}",
                   file=sys.stderr)
             return 2
         out = Path(args.out or f"grades-ch{args.chapter:02d}")
         run = run_grading(submissions, args.chapter, progress=ProgressBar(f"chapter {args.chapter:02d}"), **options)
-    except (ExtraChecksError, NotebookError, ValueError) as error:
+    except (ExtraChecksError, NotebookError, ValueError) as error:  # RosterError is a ValueError
         print(f"attention-course grade: {error}", file=sys.stderr)
         return 2
     if ignored:
@@ -145,7 +148,26 @@ def _grade(args) -> int:
     print(f"graded {len(run.results)} submissions of chapter {args.chapter:02d} in {run.seconds:.1f} s "
           f"(seed {run.plan.seed}); mean {summary['mean_total']:.2f} / {run.plan.max_total:g}")
     print(f"wrote {out}/grades.csv, {out}/feedback/ ({len(run.results)} files), {out}/summary.md, "
-          f"{out}/histogram.png, {out}/grading.log")
+          f"{out}/histogram.png, {out}/items.csv, {out}/misconceptions.csv, {out}/items.png, {out}/grading.log")
+    if args.canvas_roster:
+        from .grading.lms import CANVAS_CSV, RosterError, write_canvas_csv
+        assignment = args.canvas_assignment or f"Chapter {args.chapter:02d}"
+        try:
+            canvas = write_canvas_csv(run.results, Path(args.canvas_roster), out / CANVAS_CSV, assignment)
+        except RosterError as error:
+            print(f"attention-course grade: {error}", file=sys.stderr)
+            return 2
+        print(f"wrote {out}/{CANVAS_CSV}: {canvas['matched']} students, assignment column '{assignment}'")
+        if canvas["unmatched"]:
+            print(printable(f"warning: {len(canvas['unmatched'])} submission(s) match no student of the roster, "
+                            f"so they are not in {CANVAS_CSV}: {', '.join(canvas['unmatched'])}"), file=sys.stderr)
+        if canvas["absent"]:
+            print(printable(f"note: {len(canvas['absent'])} student(s) of the roster have no submission (no row, "
+                            f"so Canvas keeps their grade as it is): {', '.join(canvas['absent'])}"), file=sys.stderr)
+    flagged = sum(1 for ex in summary["items"] for c in ex.checks if c.flag)
+    if flagged:
+        print(f"{flagged} check(s) flagged: almost nobody passes them while passing the rest of their exercise "
+              f"(see {out}/summary.md, 'Checks to look at')")
     return 0
 
 
@@ -288,6 +310,13 @@ def main(argv=None) -> int:
     grd.add_argument("--time-limit", type=float, default=10.0, help="seconds per exercise (default 10)")
     grd.add_argument("--memory-limit", type=int, default=1024, help="MB per exercise above the baseline (default 1024)")
     grd.add_argument("--extra-checks", help="folder of .py files adding private checks (trusted; run in the grader)")
+    grd.add_argument("--canvas-roster", metavar="FILE",
+                     help="also write canvas.csv, Canvas's gradebook import: FILE maps submissions to Canvas "
+                          "students (columns Student, ID, SIS User ID, SIS Login ID, Section, and optionally "
+                          "Submission; a gradebook exported from Canvas will do)")
+    grd.add_argument("--canvas-assignment", metavar="NAME",
+                     help="canvas.csv's assignment column (default 'Chapter NN'; 'NAME (ID)' with the "
+                          "assignment's Canvas id updates that assignment)")
     grd.add_argument("--one-seed", action="store_true",
                      help="every student gets the same hidden inputs (the seed's): about twice as fast, but "
                           "students who share outputs share the hidden inputs (default: per student)")

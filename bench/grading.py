@@ -4,22 +4,24 @@
     .venv/bin/python bench/grading.py [--chapter 1] [--size 200] [--jobs 2] [--time-limit 5]
 
 The class mixes correct notebooks (the solution), untouched student notebooks (stubs),
-wrong implementations (every kept mistake whose source can be recovered, pasted into
-the exercise cell) and hostile or broken submissions (infinite loops, memory bombs,
-exits, kills, monkeypatching, malformed notebooks). It prints submissions per minute,
-the ratio to running the solution notebook's exercise cells (and their checks) alone
-in-process, and whether the target of 200 submissions in under 60 s holds.
+wrong implementations (every kept mistake whose source can be recovered, made a stand-alone
+exercise cell by :func:`attention_course.grading.synthetic.mistake_source`) and hostile or
+broken submissions (infinite loops, memory bombs, exits, kills, monkeypatching, malformed
+notebooks). It prints submissions per minute, the ratio to running the solution notebook's
+exercise cells (and their checks) alone in-process, and whether the target of 200
+submissions in under 60 s holds; then the time of the class reports (the item analysis
+included) and how many of the kept mistakes pasted into the class the item analysis finds
+with their counts.
 """
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import sys
 import tempfile
-import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -27,7 +29,9 @@ import torch
 from _common import ROOT  # bench/_common.py; puts the repository root on sys.path
 from attention_course.checking import hidden_seed, outcomes_for
 from attention_course.grading.grader import discover, run_grading
-from attention_course.notebook import _src, exercise_cell_index, exercise_code, load_cells, setup_code, with_exercise_code
+from attention_course.grading.reports import write_class_reports
+from attention_course.grading.synthetic import mistake_source
+from attention_course.notebook import exercise_cell_index, exercise_code, load_cells, setup_code, with_exercise_code
 from attention_course.registry import all_exercises
 
 TARGET_SECONDS, TARGET_SIZE = 60.0, 200
@@ -41,19 +45,13 @@ _with = with_exercise_code
 
 
 def _mistake_sources(chapter: int) -> list:
-    """(label, source) of kept mistakes whose source is a plain module-level function or class."""
+    """(label, mistake name, source) of the kept mistakes whose source can be recovered."""
     out = []
     for ex in all_exercises(chapter):
         for m in ex.mistakes:
-            impl = m.impl
-            if not (inspect.isfunction(impl) or inspect.isclass(impl)) or impl.__name__ == "<lambda>" \
-                    or "<locals>" in impl.__qualname__:
-                continue
-            try:
-                src = textwrap.dedent(inspect.getsource(impl))
-            except (OSError, TypeError):
-                continue
-            out.append((ex.label, f"{src}\n{ex.name} = {impl.__name__}\n"))
+            src = mistake_source(ex, m)
+            if src is not None:
+                out.append((ex.label, m.name, src))
     return out
 
 
@@ -79,6 +77,7 @@ def build_class(chapter: int, size: int, folder: Path) -> dict:
     labels = list(_cells_by_label(sol))
     mistakes = _mistake_sources(chapter)
     kinds = {"correct": 0, "stub": 0, "mistake": 0, "hostile": 0, "malformed": 0}
+    built = Counter()  # (label, kept mistake) -> students given it
     plan = (["correct"] * 50 + ["stub"] * 15 + ["mistake"] * 25 + ["hostile"] * 8 + ["malformed"] * 2)
     for i in range(size):
         kind = plan[i % len(plan)]
@@ -90,9 +89,9 @@ def build_class(chapter: int, size: int, folder: Path) -> dict:
         elif kind == "stub":
             data = json.dumps(stub)
         elif kind == "mistake":
-            label, src = mistakes[kinds["mistake"] % len(mistakes)]
-            code = _src(sol["cells"][_cells_by_label(sol)[label]]) + "\n\n" + src
-            data = json.dumps(_with(sol, label, code))
+            label, mistake, src = mistakes[kinds["mistake"] % len(mistakes)]
+            built[label, mistake] += 1
+            data = json.dumps(_with(sol, label, src))
         elif kind == "hostile":
             what, code = HOSTILE[kinds["hostile"] % len(HOSTILE)]
             label = labels[kinds["hostile"] % len(labels)]
@@ -101,7 +100,7 @@ def build_class(chapter: int, size: int, folder: Path) -> dict:
             data = "{ not json" if kinds["malformed"] % 2 == 0 else json.dumps(dict(sol, nbformat=3))
         kinds[kind] += 1
         (folder / f"{name}.ipynb").write_text(data)
-    return kinds
+    return kinds, built
 
 
 def reference_seconds(chapter: int, seed: int) -> tuple:
@@ -135,12 +134,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ac-bench-") as tmp:
         folder = Path(tmp) / "class"
         folder.mkdir()
-        kinds = build_class(args.chapter, args.size, folder)
+        kinds, built = build_class(args.chapter, args.size, folder)
         subs, _ = discover(folder)
         load = os.getloadavg()[0]
         start = time.perf_counter()
         run = run_grading(subs, args.chapter, seed=args.seed, jobs=args.jobs, time_limit=args.time_limit)
         seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        summary = write_class_reports(run.results, run.plan, Path(tmp) / "out", run.log)
+        report_seconds = time.perf_counter() - start
     cells_only, cells_and_calls = reference_seconds(args.chapter, args.seed)
     per_sub = seconds / len(subs)
     totals = [r.total for r in run.results]
@@ -156,6 +158,13 @@ def main() -> int:
           f"in-process ({per_sub / cells_only:.0f}x the cells alone)")
     print(f"scores: full marks {sum(t == run.plan.max_total for t in totals)}, zero {sum(t == 0 for t in totals)}, "
           f"mean {sum(totals) / len(totals):.2f} / {run.plan.max_total:g}; zygote restarts {run.restarts}")
+    print(f"class reports (grades.csv, feedback, summary.md, histogram, item analysis): {report_seconds:.2f} s")
+    found = Counter({(m.exercise, m.mistake): len(m.students) for ex in summary["items"] for m in ex.mistakes})
+    # Every pasted kept mistake must be found, at least as often as it was pasted (another
+    # submission may behave like it too: a hostile one that returns zeros, say).
+    missed = {key: (n, found.get(key, 0)) for key, n in built.items() if found.get(key, 0) < n}
+    print(f"item analysis: {len(built) - len(missed)} of the {len(built)} kept mistakes pasted into the class "
+          f"found with their counts" + (f"; short: {missed}" if missed else ""))
     scaled = seconds * TARGET_SIZE / len(subs)
     ok = scaled < TARGET_SECONDS
     print(f"target: {TARGET_SIZE} submissions in < {TARGET_SECONDS:.0f} s on 2 cores: "

@@ -8,6 +8,9 @@ One module per concern:
 * :mod:`.grader`      – plan (calls + reference outcomes), submissions, judging, scores
 * :mod:`.extra`       – ``--extra-checks``: private checks added by an instructor
 * :mod:`.reports`     – grades.csv, feedback, summary + histogram, log, Gradescope's results.json
+* :mod:`.items`       – item analysis: items.csv, misconceptions.csv, items.png, summary.md's sections
+* :mod:`.lms`         – canvas.csv, Canvas's gradebook import (``--canvas-roster``)
+* :mod:`.synthetic`   – a kept mistake as a stand-alone exercise cell (synthetic classes: tests, bench)
 * :mod:`.gradescope`  – the Gradescope autograder zip and its ``run_autograder``
 
 Trusted and untrusted code never share a process: the student's cells run only in a

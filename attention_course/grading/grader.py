@@ -30,6 +30,7 @@ from .extra import ExerciseTable, load_extra_checks
 from .runtime import PACKAGE_DIR, RUNTIME_MODULES
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+NOT_IMPLEMENTED = "not implemented yet"
 
 
 # ------------------------------------------------------------------ the plan
@@ -297,6 +298,9 @@ class ExerciseResult:
     reason: str = ""                           # why the whole exercise scored 0 (if it did)
     notes: list = field(default_factory=list)
     elapsed: float = 0.0
+    # False when nothing of the student's was tried: the untouched stub, no cells for the
+    # exercise, or an unreadable submission (the item analysis counts the others).
+    attempted: bool = True
 
     @property
     def summary(self) -> str:
@@ -413,6 +417,7 @@ class Grader:
         if prepared.code.get(ex.label) is None:
             result.reason = prepared.problem.get(ex.label, "nothing to run")
             result.checks = self._all_failed(ep, result.reason)
+            result.attempted = False
             return result
         start = time.perf_counter()
         report, outcome, problem, stderr = self.sandbox.run(self._request(ep, prepared.setup, prepared.code[ex.label],
@@ -425,6 +430,9 @@ class Grader:
             failed = [c for c in result.checks if not c.passed]
             if failed and all(c.hint == STUB_HINT for c in failed):
                 result.reason = "not implemented yet (the exercise cell still raises NotImplementedError)"
+                result.attempted = False
+        if result.reason.startswith(NOT_IMPLEMENTED):
+            result.attempted = False
         return result
 
     def _all_failed(self, ep: ExercisePlan, reason: str) -> list:
@@ -504,7 +512,7 @@ class Grader:
         if kind == "MemoryError" or "allocate" in message.lower():
             return f"the {cell} ran out of memory (limit {self.memory_mb} MB above the baseline){at}"
         if kind == "NotImplementedError":
-            return f"not implemented yet (the {cell} raised NotImplementedError){at}"
+            return f"{NOT_IMPLEMENTED} (the {cell} raised NotImplementedError){at}"
         return f"the {cell} raised {kind}: {message[:300]}{at}"
 
     # ---------------------------------------------------------- a class
@@ -521,7 +529,7 @@ class Grader:
                 res.problem = str(error)
                 for ep in self.plan.exercises:
                     er = ExerciseResult(ep.label, ep.exercise.name, ep.exercise.title, float(ep.exercise.points),
-                                        reason=f"malformed submission: {error}")
+                                        reason=f"malformed submission: {error}", attempted=False)
                     er.checks = self._all_failed(ep, er.reason)
                     res.exercises.append(er)
                 continue

@@ -123,7 +123,10 @@ def write_csv(results: list, plan, path: Path) -> None:
 
 
 def write_summary(results: list, plan, out: Path) -> dict:
-    """Per-exercise pass rates and mean points; a histogram of totals (PNG, matplotlib Agg)."""
+    """Per-exercise pass rates and mean points; a histogram of totals (PNG, matplotlib Agg); the
+    item analysis (:mod:`.items`: items.csv, misconceptions.csv, items.png and its sections)."""
+    from .items import ITEMS_CSV, ITEMS_PNG, MISCONCEPTIONS_CSV, analyse, summary_sections, write_heatmap, \
+        write_items_csv, write_misconceptions_csv
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
@@ -163,8 +166,13 @@ def write_summary(results: list, plan, out: Path) -> dict:
         lines.append(f"| {row['label']} | `{row['name']}` | {_fmt(row['points'])} | {row['full_marks_rate']:.0%} | "
                      f"{row['check_pass_rate']:.0%} | {row['mean_points']:.2f} |")
     lines += ["", f"![Histogram of totals]({HISTOGRAM_PNG})", ""]
+    items = analyse(results, plan)
+    write_items_csv(items, plan.chapter, out / ITEMS_CSV)
+    write_misconceptions_csv(items, plan.chapter, out / MISCONCEPTIONS_CSV)
+    write_heatmap(items, plan.chapter, out / ITEMS_PNG)
+    lines += summary_sections(items)
     (out / SUMMARY_MD).write_text("\n".join(lines), encoding="utf-8")
-    return {"submissions": n, "mean_total": mean_total, "exercises": rows}
+    return {"submissions": n, "mean_total": mean_total, "exercises": rows, "items": items}
 
 
 def write_class_reports(results: list, plan, out: Path, log_lines: list) -> dict:
