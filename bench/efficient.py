@@ -43,6 +43,17 @@ rounds and the table keeps, for every step, the fastest of the rounds (other pro
 on a shared machine can only make a step slower). The speed-up after ``N`` generated
 tokens is the ratio of the summed step times of the first ``N`` steps.
 
+**Cache growth and prefill against decode** (``--only cache``). The same model with a
+context of ``8 + 4096`` tokens. (a) It generates 4096 tokens greedily after the 8-token
+prompt, once with :class:`attention_course.efficient.KVCache` (``torch.cat`` at every
+step) and once with :class:`attention_course.efficient.PreallocatedKVCache` (written in
+place); both must give the same tokens; every step is timed, the fastest of ``--rounds``
+rounds kept per step, and the table holds the median step time of each window of 256
+steps (``efficient_cache_growth.csv``). (b) For prompts of 64 ... 2048 tokens: the prefill
+(the whole prompt through ``forward_cached`` into an empty cache; the fastest of three
+runs) and 64 decode steps after it (one token each; the median step), as tokens per
+second (``efficient_prefill_decode.csv``).
+
 ``torch.set_num_threads(2)`` (``--threads``). The script prints PASS/FAIL lines for the
 chapter's targets and never asserts: timings depend on the machine and its load.
 """
@@ -68,7 +79,12 @@ DECODING_CSV = ROOT / "bench" / "efficient_decoding.csv"
 TRAINING_CSV = ROOT / "bench" / "efficient_training.csv"
 TRAINING_LENGTHS = [1024, 2048, 4096, 8192]
 QUICK_TRAINING_LENGTHS = [256, 1024]
-PARTS = ("memory", "decoding", "training")
+PARTS = ("memory", "decoding", "training", "cache")
+CACHE_GROWTH_CSV = ROOT / "bench" / "efficient_cache_growth.csv"
+PREFILL_DECODE_CSV = ROOT / "bench" / "efficient_prefill_decode.csv"
+GROWTH_TOKENS, GROWTH_WINDOW = 4096, 256
+PREFILL_LENGTHS = [64, 256, 1024, 2048]
+DECODE_STEPS = 64
 MODEL = dict(vocab_size=256, d_model=128, num_heads=4, num_layers=4)
 PROMPT, GENERATED = 8, 512
 CHECKPOINTS = [32, 64, 128, 256, 512]
@@ -228,6 +244,67 @@ def cumulative_speedups(steps: dict, checkpoints: list) -> dict:
     return {n: sum(steps[False][:n]) / sum(steps[True][:n]) for n in checkpoints if n <= len(steps[True])}
 
 
+# ---------------------------------------------------------------- cache growth, prefill and decode
+
+def _cache_model(context: int) -> eff.TinyCausalLM:
+    torch.manual_seed(0)
+    return eff.TinyCausalLM(context_length=context, **MODEL).eval()
+
+
+def cache_growth(generated: int, rounds: int) -> dict:
+    """Per-step times of greedy generation with the concatenating and the preallocated cache."""
+    model = _cache_model(PROMPT + generated)
+    prompt = torch.randint(0, MODEL["vocab_size"], (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    kinds = ("concat", "preallocated")
+    for kind in kinds:                                       # warm-up
+        eff.generate(model, prompt, 16, True, cache_kind=kind)
+    steps = {kind: [math.inf] * generated for kind in kinds}
+    outputs = {}
+    for r in range(rounds):
+        for kind in kinds:
+            stamps = [time.perf_counter()]
+            outputs[kind] = eff.generate(model, prompt, generated, True, cache_kind=kind,
+                                         on_token=lambda step: stamps.append(time.perf_counter()))
+            durations = [b - a for a, b in zip(stamps, stamps[1:])]
+            steps[kind] = [min(old, new) for old, new in zip(steps[kind], durations)]
+        print(f"  cache growth round {r + 1}/{rounds} done", file=sys.stderr)
+    return dict(steps=steps, same_tokens=torch.equal(outputs["concat"], outputs["preallocated"]))
+
+
+def growth_rows(steps: dict, window: int) -> list:
+    rows = []
+    for end in range(window, len(steps["concat"]) + 1, window):
+        med = {kind: sorted(times[end - window:end])[window // 2] for kind, times in steps.items()}
+        rows.append(dict(context_tokens=PROMPT + end - 1, concat_ms=med["concat"] * 1e3,
+                         preallocated_ms=med["preallocated"] * 1e3))
+    return rows
+
+
+@torch.no_grad()
+def prefill_decode(lengths: list, decode_steps: int) -> list:
+    model = _cache_model(max(lengths) + decode_steps)
+    gen = torch.Generator().manual_seed(3)
+    rows = []
+    for n in lengths:
+        prompt = torch.randint(0, MODEL["vocab_size"], (1, n), generator=gen)
+        prefill = math.inf
+        for _ in range(3):
+            cache = model.new_cache("preallocated", max_len=n + decode_steps)
+            start = time.perf_counter()
+            logits = model.forward_cached(prompt, cache)
+            prefill = min(prefill, time.perf_counter() - start)
+        fresh, steps = logits[:, -1:].argmax(-1), []
+        for _ in range(decode_steps):
+            start = time.perf_counter()
+            fresh = model.forward_cached(fresh, cache)[:, -1:].argmax(-1)
+            steps.append(time.perf_counter() - start)
+        decode = sorted(steps)[decode_steps // 2]
+        rows.append(dict(prompt_tokens=n, prefill_ms=prefill * 1e3, prefill_tokens_per_s=n / prefill,
+                         decode_ms_per_token=decode * 1e3, decode_tokens_per_s=1 / decode))
+        print(f"  prefill/decode {n} done", file=sys.stderr)
+    return rows
+
+
 # ---------------------------------------------------------------- main
 
 def main() -> int:
@@ -309,6 +386,36 @@ def main() -> int:
                                                 f"{speedups[generated]:.1f}x (summed fastest steps), {whole:.1f}x "
                                                 f"(fastest whole runs)"))
 
+    if "cache" in parts:
+        growth_tokens = 512 if args.quick else GROWTH_TOKENS
+        window = 64 if args.quick else GROWTH_WINDOW
+        print(f"\n== Cache growth: TinyCausalLM {MODEL}, {growth_tokens} tokens after {PROMPT}, torch.cat against a "
+              f"preallocated cache; median of each {window} steps (each step the fastest of {args.rounds} rounds)\n")
+        growth = cache_growth(growth_tokens, args.rounds)
+        grows = growth_rows(growth["steps"], window)
+        print(f"same tokens with both caches: {growth['same_tokens']}")
+        print(f"{'context':>7} | {'concat ms':>9} {'prealloc ms':>11} | {'ratio':>5}")
+        for r in grows:
+            print(f"{r['context_tokens']:>7} | {r['concat_ms']:9.3f} {r['preallocated_ms']:11.3f} | "
+                  f"{r['concat_ms'] / r['preallocated_ms']:5.2f}")
+        last = grows[-1]
+        lines.append((last["preallocated_ms"] < last["concat_ms"] and growth["same_tokens"],
+                      f"preallocated cache faster than torch.cat at {last['context_tokens']} tokens: "
+                      f"{last['preallocated_ms']:.3f} ms vs {last['concat_ms']:.3f} ms per token"))
+        plengths = PREFILL_LENGTHS[:2] if args.quick else PREFILL_LENGTHS
+        print(f"\n== Prefill against decode: prompt through forward_cached at once (fastest of 3), then "
+              f"{DECODE_STEPS} one-token steps (median)\n")
+        pd_rows = prefill_decode(plengths, DECODE_STEPS)
+        print(f"{'prompt':>6} | {'prefill ms':>10} {'prefill tok/s':>13} | {'decode ms/tok':>13} "
+              f"{'decode tok/s':>12} | {'ratio':>6}")
+        for r in pd_rows:
+            print(f"{r['prompt_tokens']:>6} | {r['prefill_ms']:10.2f} {r['prefill_tokens_per_s']:13.0f} | "
+                  f"{r['decode_ms_per_token']:13.3f} {r['decode_tokens_per_s']:12.0f} | "
+                  f"{r['prefill_tokens_per_s'] / r['decode_tokens_per_s']:6.1f}")
+        worst = min(r["prefill_tokens_per_s"] / r["decode_tokens_per_s"] for r in pd_rows if r["prompt_tokens"] >= 256)
+        lines.append((worst >= 10, f"prefill at least 10x more tokens per second than decode from 256 prompt tokens "
+                                   f"on: {worst:.0f}x at worst"))
+
     print("\n== Targets (side by side, this run)")
     for ok, text in lines:
         print(f"{'PASS' if ok else 'FAIL'}  {text}")
@@ -349,6 +456,23 @@ def main() -> int:
                 for i, (a, b) in enumerate(zip(dec["steps"][False], dec["steps"][True])):
                     f.write(f"{i + 1},{PROMPT + i},{a * 1e3:.4f},{b * 1e3:.4f}\n")
             written.append(DECODING_CSV)
+        if "cache" in parts:
+            head = (f"# {stamp}\n# TinyCausalLM {MODEL}, random weights (seed 0)")
+            with CACHE_GROWTH_CSV.open("w", encoding="utf-8") as f:
+                f.write(f"{head}; {growth_tokens} tokens generated greedily after {PROMPT}; "
+                        f"ms = median over the {window} steps ending at context_tokens of each step's fastest of "
+                        f"{args.rounds} rounds; same tokens with both caches: {growth['same_tokens']}\n")
+                f.write("context_tokens,concat_ms,preallocated_ms\n")
+                for r in grows:
+                    f.write(f"{r['context_tokens']},{r['concat_ms']:.4f},{r['preallocated_ms']:.4f}\n")
+            with PREFILL_DECODE_CSV.open("w", encoding="utf-8") as f:
+                f.write(f"{head}; prefill = the prompt through forward_cached into an empty cache, fastest of 3; "
+                        f"decode = median of {DECODE_STEPS} one-token steps after it\n")
+                f.write("prompt_tokens,prefill_ms,prefill_tokens_per_s,decode_ms_per_token,decode_tokens_per_s\n")
+                for r in pd_rows:
+                    f.write(f"{r['prompt_tokens']},{r['prefill_ms']:.3f},{r['prefill_tokens_per_s']:.0f},"
+                            f"{r['decode_ms_per_token']:.4f},{r['decode_tokens_per_s']:.0f}\n")
+            written += [CACHE_GROWTH_CSV, PREFILL_DECODE_CSV]
         print("\nwrote " + " and ".join(str(path.relative_to(ROOT)) for path in written))
     return 0
 
