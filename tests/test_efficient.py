@@ -225,8 +225,10 @@ def test_preallocated_cache_gives_the_same_logits_in_place():
         torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
         assert cache.keys[1].data_ptr() == first and len(cache) == 20
         assert cache.nbytes() == 2 * 2 * (2 * 4 * 24 * 8) * 4           # the whole reservation
+        for _ in range(4):                                               # fills the 24 positions
+            model.forward_cached(torch.zeros(2, 1, dtype=torch.long), cache)
         with pytest.raises(ValueError, match="max_len=24"):
-            model.forward_cached(torch.zeros(2, 5, dtype=torch.long), cache)
+            model.forward_cached(torch.zeros(2, 1, dtype=torch.long), cache)
     prompt = ids[:, :4]
     assert torch.equal(eff.generate(model, prompt, 15, True, cache_kind="preallocated"),
                        eff.generate(model, prompt, 15, False))
@@ -267,12 +269,17 @@ def test_shipped_cache_tables_back_the_chapters_claims():
         lines = (ROOT / "bench" / name).read_text(encoding="utf-8").splitlines()
         return list(csv.DictReader(line for line in lines if not line.startswith("#")))
 
-    growth = rows("efficient_cache_growth.csv")
-    assert [int(r["context_tokens"]) for r in growth] == [8 + end - 1 for end in range(256, 4097, 256)]
-    last = growth[-1]
-    # The chapter says the copy of torch.cat shows at long contexts: preallocated is faster there.
-    assert float(last["preallocated_ms"]) < float(last["concat_ms"])
-    phases = rows("efficient_prefill_decode.csv")
-    assert [int(r["prompt_tokens"]) for r in phases] == [64, 256, 1024, 2048]
-    for r in phases:
-        assert float(r["prefill_tokens_per_s"]) >= 10 * float(r["decode_tokens_per_s"]), r
+    growth = {int(r["cached_tokens"]): r for r in rows("efficient_cache_growth.csv")}
+    assert sorted(growth) == [256, 1024, 4096, 16384]
+    ratio = {n: float(r["concat_min_ms"]) / float(r["preallocated_min_ms"]) for n, r in growth.items()}
+    # The chapter: equal at 256 cached tokens, torch.cat about twice as slow at 16,384.
+    assert 0.8 <= ratio[256] <= 1.25 and ratio[16384] >= 1.8, ratio
+    phases = {int(r["prompt_tokens"]): r for r in rows("efficient_prefill_decode.csv")}
+    assert sorted(phases) == [16, 64, 256, 1024]
+    gain = {n: float(r["prefill_tokens_per_s"]) / float(r["decode_tokens_per_s"]) for n, r in phases.items()}
+    # The chapter: little gain for 16 prompt tokens, 5 to 8 times from 64 on, the most at 256.
+    assert gain[16] < 2 and all(4.5 <= gain[n] <= 9 for n in (64, 256, 1024)), gain
+    assert max(gain, key=gain.get) == 256, gain
+    products = {int(r["rows"]): r for r in rows("efficient_intensity.csv")}
+    speed = float(products[256]["gflop_per_s"]) / float(products[1]["gflop_per_s"])
+    assert speed >= 10, speed                 # "eleven times faster per operation"
