@@ -43,6 +43,16 @@ rounds and the table keeps, for every step, the fastest of the rounds (other pro
 on a shared machine can only make a step slower). The speed-up after ``N`` generated
 tokens is the ratio of the summed step times of the first ``N`` steps.
 
+**Cache growth and prefill against decode** (``--only cache``). The same model. (a) For
+``n`` = 256 ... 16384 cached tokens, one cache of each kind is filled with ``n`` random keys
+and values per layer (their values do not change the time), then 32 one-token steps run,
+alternating between :class:`attention_course.efficient.KVCache` (``torch.cat`` at every step)
+and :class:`attention_course.efficient.PreallocatedKVCache` (written in place); the table
+keeps the fastest and the median step of each (``efficient_cache_growth.csv``). (b) For
+prompts of 64 ... 2048 tokens: the prefill (the whole prompt through ``forward_cached`` into
+an empty cache; the fastest of three runs) and 64 decode steps after it (one token each; the
+fastest step), as tokens per second (``efficient_prefill_decode.csv``).
+
 ``torch.set_num_threads(2)`` (``--threads``). The script prints PASS/FAIL lines for the
 chapter's targets and never asserts: timings depend on the machine and its load.
 """
@@ -68,7 +78,14 @@ DECODING_CSV = ROOT / "bench" / "efficient_decoding.csv"
 TRAINING_CSV = ROOT / "bench" / "efficient_training.csv"
 TRAINING_LENGTHS = [1024, 2048, 4096, 8192]
 QUICK_TRAINING_LENGTHS = [256, 1024]
-PARTS = ("memory", "decoding", "training")
+PARTS = ("memory", "decoding", "training", "cache")
+CACHE_GROWTH_CSV = ROOT / "bench" / "efficient_cache_growth.csv"
+PREFILL_DECODE_CSV = ROOT / "bench" / "efficient_prefill_decode.csv"
+GROWTH_LENGTHS, GROWTH_STEPS = [256, 1024, 4096, 16384], 32
+PREFILL_LENGTHS = [16, 64, 256, 1024]
+INTENSITY_DIM, INTENSITY_ROWS = 4096, [1, 4, 16, 64, 256]
+INTENSITY_CSV = ROOT / "bench" / "efficient_intensity.csv"
+DECODE_STEPS = 64
 MODEL = dict(vocab_size=256, d_model=128, num_heads=4, num_layers=4)
 PROMPT, GENERATED = 8, 512
 CHECKPOINTS = [32, 64, 128, 256, 512]
@@ -228,6 +245,92 @@ def cumulative_speedups(steps: dict, checkpoints: list) -> dict:
     return {n: sum(steps[False][:n]) / sum(steps[True][:n]) for n in checkpoints if n <= len(steps[True])}
 
 
+# ---------------------------------------------------------------- cache growth, prefill and decode
+
+def _cache_model(context: int) -> eff.TinyCausalLM:
+    torch.manual_seed(0)
+    return eff.TinyCausalLM(context_length=context, **MODEL).eval()
+
+
+@torch.no_grad()
+def cache_growth(lengths: list, steps: int) -> list:
+    """Decoding steps after ``n`` cached tokens, with the concatenating and the preallocated cache.
+
+    The caches are filled with random keys and values of ``n`` tokens (what they hold does not
+    change the time of a step), then ``steps`` one-token steps run, alternating between the two
+    caches so that the load of the machine affects both alike.
+    """
+    rows = []
+    gen = torch.Generator().manual_seed(2)
+    for n in lengths:
+        model = _cache_model(n + steps + 1)
+        attn = model.blocks[0].attn
+        caches = {"concat": model.new_cache("concat"), "preallocated": model.new_cache("preallocated")}
+        for cache in caches.values():
+            for layer in range(model.num_layers):
+                shape = (1, attn.num_heads, n, attn.head_dim)
+                cache.append(layer, torch.randn(shape, generator=gen), torch.randn(shape, generator=gen))
+        token = torch.zeros(1, 1, dtype=torch.long)
+        times = {kind: [] for kind in caches}
+        for _ in range(steps):
+            for kind, cache in caches.items():
+                start = time.perf_counter()
+                model.forward_cached(token, cache)
+                times[kind].append(time.perf_counter() - start)
+        row = dict(cached_tokens=n)
+        for kind, t in times.items():
+            row[f"{kind}_min_ms"] = min(t) * 1e3
+            row[f"{kind}_median_ms"] = sorted(t)[steps // 2] * 1e3
+        rows.append(row)
+        print(f"  cache growth {n} done", file=sys.stderr)
+    return rows
+
+
+@torch.no_grad()
+def prefill_decode(lengths: list, decode_steps: int) -> list:
+    model = _cache_model(max(lengths) + decode_steps)
+    gen = torch.Generator().manual_seed(3)
+    rows = []
+    for n in lengths:
+        prompt = torch.randint(0, MODEL["vocab_size"], (1, n), generator=gen)
+        prefill = math.inf
+        for _ in range(3):
+            cache = model.new_cache("preallocated", max_len=n + decode_steps)
+            start = time.perf_counter()
+            logits = model.forward_cached(prompt, cache)
+            prefill = min(prefill, time.perf_counter() - start)
+        fresh, steps = logits[:, -1:].argmax(-1), []
+        for _ in range(decode_steps):
+            start = time.perf_counter()
+            fresh = model.forward_cached(fresh, cache)[:, -1:].argmax(-1)
+            steps.append(time.perf_counter() - start)
+        decode = min(steps)
+        rows.append(dict(prompt_tokens=n, prefill_ms=prefill * 1e3, prefill_tokens_per_s=n / prefill,
+                         decode_ms_per_token=decode * 1e3, decode_tokens_per_s=1 / decode))
+        print(f"  prefill/decode {n} done", file=sys.stderr)
+    return rows
+
+
+@torch.no_grad()
+def weight_throughput(dim: int, row_counts: list) -> list:
+    """One ``dim x dim`` float32 linear map (64 MB at 4096: more than the CPU's caches) applied to
+    ``rows`` rows at once: the fastest of five runs, as time, GFLOP/s and GB/s of weights read."""
+    gen = torch.Generator().manual_seed(4)
+    weight = torch.randn(dim, dim, generator=gen) / dim ** 0.5
+    rows_out = []
+    for rows in row_counts:
+        x = torch.randn(rows, dim, generator=gen)
+        best = math.inf
+        for _ in range(5):
+            start = time.perf_counter()
+            F.linear(x, weight)
+            best = min(best, time.perf_counter() - start)
+        flops, moved = 2 * rows * dim * dim, 4 * (dim * dim + 2 * rows * dim)
+        rows_out.append(dict(rows=rows, ms=best * 1e3, gflop_per_s=flops / best / 1e9,
+                             weight_gb_per_s=4 * dim * dim / best / 1e9, flop_per_byte=flops / moved))
+    return rows_out
+
+
 # ---------------------------------------------------------------- main
 
 def main() -> int:
@@ -309,6 +412,46 @@ def main() -> int:
                                                 f"{speedups[generated]:.1f}x (summed fastest steps), {whole:.1f}x "
                                                 f"(fastest whole runs)"))
 
+    if "cache" in parts:
+        glengths = GROWTH_LENGTHS[:2] if args.quick else GROWTH_LENGTHS
+        print(f"\n== Cache growth: TinyCausalLM {MODEL}, one-token steps after n cached tokens, torch.cat against "
+              f"a preallocated cache, {GROWTH_STEPS} steps each, alternating\n")
+        grows = cache_growth(glengths, GROWTH_STEPS)
+        print(f"{'cached':>6} | {'concat ms':>9} {'prealloc ms':>11} | {'ratio':>5} | medians: {'concat':>7} "
+              f"{'prealloc':>8}")
+        for r in grows:
+            print(f"{r['cached_tokens']:>6} | {r['concat_min_ms']:9.3f} {r['preallocated_min_ms']:11.3f} | "
+                  f"{r['concat_min_ms'] / r['preallocated_min_ms']:5.2f} | {r['concat_median_ms']:16.3f} "
+                  f"{r['preallocated_median_ms']:8.3f}")
+        last = grows[-1]
+        lines.append((last["preallocated_min_ms"] < last["concat_min_ms"],
+                      f"preallocated cache faster than torch.cat after {last['cached_tokens']} tokens: "
+                      f"{last['preallocated_min_ms']:.3f} ms vs {last['concat_min_ms']:.3f} ms per token"))
+        plengths = PREFILL_LENGTHS[:2] if args.quick else PREFILL_LENGTHS
+        print(f"\n== Prefill against decode: prompt through forward_cached at once (fastest of 3), then "
+              f"{DECODE_STEPS} one-token steps (fastest)\n")
+        pd_rows = prefill_decode(plengths, DECODE_STEPS)
+        print(f"{'prompt':>6} | {'prefill ms':>10} {'prefill tok/s':>13} | {'decode ms/tok':>13} "
+              f"{'decode tok/s':>12} | {'ratio':>6}")
+        for r in pd_rows:
+            print(f"{r['prompt_tokens']:>6} | {r['prefill_ms']:10.2f} {r['prefill_tokens_per_s']:13.0f} | "
+                  f"{r['decode_ms_per_token']:13.3f} {r['decode_tokens_per_s']:12.0f} | "
+                  f"{r['prefill_tokens_per_s'] / r['decode_tokens_per_s']:6.1f}")
+        worst = min(r["prefill_tokens_per_s"] / r["decode_tokens_per_s"] for r in pd_rows if r["prompt_tokens"] >= 256)
+        lines.append((worst >= 4, f"prefill at least 4x more tokens per second than decode from 256 prompt tokens "
+                                   f"on: {worst:.0f}x at worst"))
+
+    if "cache" in parts:
+        print(f"\n== One {INTENSITY_DIM} x {INTENSITY_DIM} float32 linear map on n rows at once (fastest of 5)\n")
+        wt_rows = weight_throughput(INTENSITY_DIM, INTENSITY_ROWS)
+        print(f"{'rows':>5} | {'ms':>8} | {'GFLOP/s':>8} | {'weights GB/s':>12} | {'FLOP/byte':>9}")
+        for r in wt_rows:
+            print(f"{r['rows']:>5} | {r['ms']:8.2f} | {r['gflop_per_s']:8.1f} | {r['weight_gb_per_s']:12.1f} | "
+                  f"{r['flop_per_byte']:9.1f}")
+        lines.append((wt_rows[-1]["gflop_per_s"] >= 10 * wt_rows[0]["gflop_per_s"],
+                      f"{INTENSITY_ROWS[-1]} rows at once reach at least 10x the GFLOP/s of one row: "
+                      f"{wt_rows[-1]['gflop_per_s']:.1f} vs {wt_rows[0]['gflop_per_s']:.1f}"))
+
     print("\n== Targets (side by side, this run)")
     for ok, text in lines:
         print(f"{'PASS' if ok else 'FAIL'}  {text}")
@@ -349,6 +492,31 @@ def main() -> int:
                 for i, (a, b) in enumerate(zip(dec["steps"][False], dec["steps"][True])):
                     f.write(f"{i + 1},{PROMPT + i},{a * 1e3:.4f},{b * 1e3:.4f}\n")
             written.append(DECODING_CSV)
+        if "cache" in parts:
+            head = (f"# {stamp}\n# TinyCausalLM {MODEL}, random weights (seed 0)")
+            with CACHE_GROWTH_CSV.open("w", encoding="utf-8") as f:
+                f.write(f"{head}; caches filled with n = cached_tokens random keys and values, then "
+                        f"{GROWTH_STEPS} one-token steps alternating between the two caches; min and median "
+                        f"ms per step\n")
+                f.write("cached_tokens,concat_min_ms,concat_median_ms,preallocated_min_ms,preallocated_median_ms\n")
+                for r in grows:
+                    f.write(f"{r['cached_tokens']},{r['concat_min_ms']:.4f},{r['concat_median_ms']:.4f},"
+                            f"{r['preallocated_min_ms']:.4f},{r['preallocated_median_ms']:.4f}\n")
+            with PREFILL_DECODE_CSV.open("w", encoding="utf-8") as f:
+                f.write(f"{head}; prefill = the prompt through forward_cached into an empty cache, fastest of 3; "
+                        f"decode = fastest of {DECODE_STEPS} one-token steps after it\n")
+                f.write("prompt_tokens,prefill_ms,prefill_tokens_per_s,decode_ms_per_token,decode_tokens_per_s\n")
+                for r in pd_rows:
+                    f.write(f"{r['prompt_tokens']},{r['prefill_ms']:.3f},{r['prefill_tokens_per_s']:.0f},"
+                            f"{r['decode_ms_per_token']:.4f},{r['decode_tokens_per_s']:.0f}\n")
+            with INTENSITY_CSV.open("w", encoding="utf-8") as f:
+                f.write(f"# {stamp}\n# one {INTENSITY_DIM} x {INTENSITY_DIM} float32 linear map (F.linear) on `rows` "
+                        f"rows at once, fastest of 5 runs; flop_per_byte = 2 rows d^2 / (4 (d^2 + 2 rows d))\n")
+                f.write("rows,ms,gflop_per_s,weight_gb_per_s,flop_per_byte\n")
+                for r in wt_rows:
+                    f.write(f"{r['rows']},{r['ms']:.3f},{r['gflop_per_s']:.2f},{r['weight_gb_per_s']:.2f},"
+                            f"{r['flop_per_byte']:.2f}\n")
+            written += [CACHE_GROWTH_CSV, PREFILL_DECODE_CSV, INTENSITY_CSV]
         print("\nwrote " + " and ".join(str(path.relative_to(ROOT)) for path in written))
     return 0
 

@@ -197,3 +197,89 @@ def test_shipped_benchmark_tables_meet_the_memory_and_accuracy_targets():
         assert float(memory[(8192, variant)]["max_abs_err_vs_sdpa"]) <= 1e-5
     decoding = rows("efficient_decoding.csv")
     assert len(decoding) == 512 and [int(r["step"]) for r in decoding] == list(range(1, 513))
+
+
+# ---------------------------------------------------------------- preallocated and sliding-window caches
+
+def _band(n, window):
+    """True = hidden, written out pair by pair: the future, and keys `window` or more back."""
+    return torch.tensor([[j > i or i - j >= window for j in range(n)] for i in range(n)])
+
+
+@pytest.mark.parametrize("n,window", [(1, 1), (5, 1), (6, 3), (7, 7), (9, 20)])
+def test_sliding_window_mask_against_brute_force(n, window):
+    assert torch.equal(eff.sliding_window_mask(n, window), _band(n, window))
+    assert torch.equal(eff.sliding_window_mask(n, None), _band(n, n + 1))
+
+
+def test_preallocated_cache_gives_the_same_logits_in_place():
+    model = _model(3)
+    ids = torch.randint(0, 40, (2, 20), generator=torch.Generator().manual_seed(3))
+    cache = model.new_cache("preallocated", batch=2, max_len=24)
+    first = cache.keys[1].data_ptr()
+    with torch.no_grad():
+        full = model(ids)
+        parts = [model.forward_cached(ids[:, :6], cache)]
+        for t in range(6, 20):
+            parts.append(model.forward_cached(ids[:, t:t + 1], cache))
+        torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
+        assert cache.keys[1].data_ptr() == first and len(cache) == 20
+        assert cache.nbytes() == 2 * 2 * (2 * 4 * 24 * 8) * 4           # the whole reservation
+        for _ in range(4):                                               # fills the 24 positions
+            model.forward_cached(torch.zeros(2, 1, dtype=torch.long), cache)
+        with pytest.raises(ValueError, match="max_len=24"):
+            model.forward_cached(torch.zeros(2, 1, dtype=torch.long), cache)
+    prompt = ids[:, :4]
+    assert torch.equal(eff.generate(model, prompt, 15, True, cache_kind="preallocated"),
+                       eff.generate(model, prompt, 15, False))
+
+
+@pytest.mark.parametrize("window", [1, 3, 6, 30])
+@pytest.mark.parametrize("prompt", [1, 4, 9])
+def test_sliding_window_cache_matches_banded_attention_and_stays_bounded(window, prompt):
+    torch.manual_seed(4)
+    layer = MultiHeadAttention(12, 12, 32, 0.0, 3).eval()
+    x = torch.randn(2, 16, 12, generator=torch.Generator().manual_seed(window + prompt))
+    cache = eff.SlidingWindowKVCache(num_layers=1, batch=2, num_heads=3, window=window, head_dim=4)
+    with torch.no_grad():
+        parts = [eff.cached_self_attention(layer, x[:, :prompt], cache, 0)]
+        for t in range(prompt, 16):
+            parts.append(eff.cached_self_attention(layer, x[:, t:t + 1], cache, 0))
+            assert cache.keys[0].shape[2] == window                   # never more than the window
+        heads = [t.view(2, 16, 3, 4).transpose(1, 2).double()
+                 for t in (layer.W_query(x), layer.W_key(x), layer.W_value(x))]
+        scores = (heads[0] @ heads[1].transpose(-2, -1) / 2.0).masked_fill(_band(16, window), float("-inf"))
+        context = (torch.softmax(scores, dim=-1) @ heads[2]).transpose(1, 2).reshape(2, 16, 12)
+        want = layer.out_proj(context.float())
+    torch.testing.assert_close(torch.cat(parts, dim=1), want, rtol=1e-5, atol=1e-5)
+    assert cache.seen(0) == 16
+
+
+def test_sliding_window_cache_refuses_a_chunk_after_tokens():
+    cache = eff.SlidingWindowKVCache(num_layers=1, batch=1, num_heads=1, window=4, head_dim=2)
+    cache.append(0, torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))
+    with pytest.raises(ValueError, match="one token at a time"):
+        cache.append(0, torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2))
+    with pytest.raises(ValueError, match="window"):
+        eff.SlidingWindowKVCache(num_layers=1, batch=1, num_heads=1, window=0, head_dim=2)
+
+
+def test_shipped_cache_tables_back_the_chapters_claims():
+    def rows(name):
+        lines = (ROOT / "bench" / name).read_text(encoding="utf-8").splitlines()
+        return list(csv.DictReader(line for line in lines if not line.startswith("#")))
+
+    growth = {int(r["cached_tokens"]): r for r in rows("efficient_cache_growth.csv")}
+    assert sorted(growth) == [256, 1024, 4096, 16384]
+    ratio = {n: float(r["concat_min_ms"]) / float(r["preallocated_min_ms"]) for n, r in growth.items()}
+    # The chapter: equal at 256 cached tokens, torch.cat about twice as slow at 16,384.
+    assert 0.8 <= ratio[256] <= 1.25 and ratio[16384] >= 1.8, ratio
+    phases = {int(r["prompt_tokens"]): r for r in rows("efficient_prefill_decode.csv")}
+    assert sorted(phases) == [16, 64, 256, 1024]
+    gain = {n: float(r["prefill_tokens_per_s"]) / float(r["decode_tokens_per_s"]) for n, r in phases.items()}
+    # The chapter: little gain for 16 prompt tokens, 5 to 8 times from 64 on, the most at 256.
+    assert gain[16] < 2 and all(4.5 <= gain[n] <= 9 for n in (64, 256, 1024)), gain
+    assert max(gain, key=gain.get) == 256, gain
+    products = {int(r["rows"]): r for r in rows("efficient_intensity.csv")}
+    speed = float(products[256]["gflop_per_s"]) / float(products[1]["gflop_per_s"])
+    assert speed >= 10, speed                 # "eleven times faster per operation"

@@ -217,6 +217,72 @@ def test_ch09_ex4_interleaved_heads_are_named():
                     must_not=("sits at position", "old tokens first", "mask"))
 
 
+# ------------------------------------------------------------- ch09_ex5
+
+def _gqa_student(q_new, k_new, v_new, k_cache, v_cache, *, heads_of=None, scale=True, widen_cache=False,
+                 self_last=False, new_first=False, check_heads=True):
+    """A student's grouped step, wrong in the one way its switches say."""
+    h, g = q_new.shape[1], k_new.shape[1]
+    if check_heads and h % g != 0:
+        raise ValueError(f"{h} heads in q_new {tuple(q_new.shape)} do not split over k_new {tuple(k_new.shape)}")
+    old_and_new_k = [k_new, k_cache] if new_first else [k_cache, k_new]
+    old_and_new_v = [v_new, v_cache] if new_first else [v_cache, v_new]
+    k_all, v_all = torch.cat(old_and_new_k, dim=2), torch.cat(old_and_new_v, dim=2)
+    src_k, src_v = (k_cache, v_cache) if self_last else (k_all, v_all)
+    if heads_of is None:
+        wide_k, wide_v = src_k.repeat_interleave(h // g, dim=1), src_v.repeat_interleave(h // g, dim=1)
+    else:
+        wide_k, wide_v = heads_of(src_k, h, g), heads_of(src_v, h, g)
+    scores = q_new @ wide_k.transpose(-1, -2)
+    if scale:
+        scores = scores / math.sqrt(q_new.shape[-1])
+    out = torch.softmax(scores, dim=-1) @ wide_v
+    if widen_cache:
+        return out, k_all.repeat_interleave(h // g, dim=1), v_all.repeat_interleave(h // g, dim=1)
+    return out, k_all, v_all
+
+
+def _tiled(t, h, g):
+    return t.repeat(1, h // g, 1, 1)                 # tiles the heads: query head i gets i % g
+
+
+def _divided_by_kv_heads(t, h, g):
+    return t[:, torch.arange(h) // g]
+
+
+@pytest.mark.parametrize("options,mistake", [
+    (dict(heads_of=_tiled), "groups interleaved"),
+    (dict(heads_of=_divided_by_kv_heads), "head index divided by num_kv_heads"),
+    (dict(scale=False), "scores not scaled"),
+    (dict(widen_cache=True), "cache returned with one head per query head"),
+    (dict(self_last=True), "new token does not see itself"),
+    (dict(new_first=True), "new token put before the cache"),
+    (dict(check_heads=False), "no check of the head counts"),
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_ch09_ex5_each_grouping_mistake_gets_its_own_hint(options, mistake):
+    assert_mistake("ch09_ex5", lambda *args: _gqa_student(*args, **options), mistake)
+
+
+def test_ch09_ex5_an_index_select_answer_passes():
+    def by_index(q_new, k_new, v_new, k_cache, v_cache):
+        h, g = q_new.shape[1], k_new.shape[1]
+        if h % g:
+            raise ValueError(f"q_new {list(q_new.shape)} and k_new {list(k_new.shape)}: {h} % {g} != 0")
+        k_all, v_all = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+        owner = torch.arange(h) // (h // g)
+        wide_k, wide_v = k_all.index_select(1, owner), v_all.index_select(1, owner)
+        probs = (q_new @ wide_k.mT * q_new.shape[-1] ** -0.5).softmax(-1)
+        return probs @ wide_v, k_all, v_all
+
+    passes_everywhere("ch09_ex5", by_index)
+
+
+def test_ch09_ex5_the_contract_fixes_the_grouping_convention():
+    text = " ".join(statement("ch09_ex5").split())
+    assert "query head `i` uses key/value head `i // group_size`" in text
+    assert "contiguous groups" in text and "`num_kv_heads = 1` is multi-query attention" in text
+
+
 # ------------------------------------------------------------- ch09_ex6
 
 def _forward_loss_grads(queries, keys, values, grad_output, grad_lse):

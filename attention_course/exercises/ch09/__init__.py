@@ -5,6 +5,7 @@ ch09_ex2  online_softmax_stats(blocks)                           -> (maxima, sum
 ch09_ex3  causal_tiled_attention(queries, keys, values, block_size) -> (output, tiles)
 ch09_ex4  cached_attention_step(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads)
                                                                  -> (context, k_cache, v_cache)
+ch09_ex5  grouped_cached_step(q_new, k_new, v_new, k_cache, v_cache) -> (output, k_cache, v_cache)
 ch09_ex6  attention_backward_with_lse(queries, keys, values, output, lse, grad_output, grad_lse, block)
                                                                  -> (grad_queries, grad_keys, grad_values)
 
@@ -20,6 +21,8 @@ Conventions fixed by this chapter (stated in each exercise's contract):
   query ``i`` sits at position ``n_k - n_q + i`` and sees the keys at positions up to it.
 * A key-value cache stores ``(batch, num_heads, tokens, head_dim)`` and grows along the
   tokens axis; feature ``h * head_dim + i`` of a projection belongs to head ``h``.
+* Grouped-query attention (exercise 5): query head ``i`` uses key/value head
+  ``i // (num_heads // num_kv_heads)`` (contiguous groups, as ``repeat_interleave`` gives).
 
 Numerical checks use scores far above 88, where ``exp`` overflows in float32, so a
 formula that is right on paper but exponentiates before subtracting the maximum fails.
@@ -33,5 +36,6 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex2_online_softmax_stats,
     ex3_causal_tiled_attention,
     ex4_cached_attention_step,
+    ex5_grouped_cached_step,
     ex6_attention_backward_with_lse,
 )
