@@ -266,3 +266,18 @@ def test_shipped_benchmark_tables_meet_the_memory_and_accuracy_targets():
         assert float(memory[(8192, variant)]["max_abs_err_vs_sdpa"]) <= 1e-5
     decoding = rows("efficient_decoding.csv")
     assert len(decoding) == 512 and [int(r["step"]) for r in decoding] == list(range(1, 513))
+
+
+def test_shipped_decoding_speedups_name_their_thread_counts_and_grow_with_the_run():
+    lines = (ROOT / "bench" / "efficient_decoding_speedups.csv").read_text(encoding="utf-8").splitlines()
+    rows = {int(r["threads"]): r for r in csv.DictReader(line for line in lines if not line.startswith("#"))}
+    # The per-step table the chapter reads (efficient_decoding.csv) has its own thread count in its
+    # first line; this file adds the others, one row each, starting with one thread.
+    assert 1 in rows
+    for threads, row in rows.items():
+        after = [float(row[f"speedup_after_{n}"]) for n in (32, 64, 128, 256, 512)]
+        assert row["same_tokens"] == "True" and int(row["generated"]) == 512, threads
+        assert 1 < after[0] and after == sorted(after), (threads, after)   # the gain grows with the run
+        assert after[-1] >= 5 and float(row["speedup_whole_run"]) >= 5, (threads, row)
+        whole = float(row["recompute_whole_run_ms"]) / float(row["cached_whole_run_ms"])
+        assert abs(whole - float(row["speedup_whole_run"])) <= 0.05 * whole, (threads, row)
