@@ -6,17 +6,18 @@ What the chapter and ``bench/efficient.py`` share:
   ``(num_queries, num_keys)`` score matrix (and the weights), as in Chapters 3-6.
 * :func:`tiled_attention` -- the same function computed tile by tile: queries in blocks
   of ``block_q``, keys and values in blocks of ``block_k``, with the online softmax (a
-  running maximum, a rescaled running sum and a rescaled running output per query). In
-  inference (no input requires a gradient, or under ``torch.no_grad()``) it never holds
-  more than one ``(block_q, block_k)`` tile of scores. Under autograd it does: every tile's
-  intermediates are kept for the backward pass, so its training memory grows with the
-  square of the sequence like the naive version's. ``causal=True`` (self-attention, as
-  many queries as keys) skips the tiles that lie wholly above the diagonal.
+  running maximum, a rescaled running sum and a rescaled running output per query, kept
+  in float32 for bfloat16 and float16 inputs). In inference (no input requires a
+  gradient, or under ``torch.no_grad()``) it never holds more than one
+  ``(block_q, block_k)`` tile of scores. In training (under autograd) it does: every
+  tile's intermediates are kept for the backward pass, so its training memory grows with
+  the square of the sequence like the naive version's. ``causal=True`` (self-attention,
+  as many queries as keys) skips the tiles that lie wholly above the diagonal.
 * :func:`tiled_attention_trainable` (:class:`TiledAttentionFunction`) -- the same forward
   loop as a ``torch.autograd.Function`` whose backward pass recomputes each tile instead
   of keeping it, as FlashAttention does (Dao et al. 2022, section 3.1; Dao 2023): it saves
-  only the queries, keys, values, the output and one log-sum-exp per query, so forward
-  plus backward needs memory linear in the sequence length.
+  only the queries, keys, values, the output and one log-sum-exp per query, so its memory
+  is linear in the sequence length in training (forward plus backward) as in inference.
 * :func:`causal_tile_map` -- which tiles the causal version computes (for the figure).
 * :func:`peak_memory` -- the most bytes alive at once in PyTorch's CPU allocator while a
   function runs, read from ``torch.profiler`` (``profile_memory=True``). CPU tensors have
@@ -110,14 +111,17 @@ def naive_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
 
 
 def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                    block_q: int = 128, block_k: int = 128, causal: bool = False) -> torch.Tensor:
+                    block_q: int = 128, block_k: int = 128, causal: bool = False,
+                    stats_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Exact softmax attention, one ``(block_q, block_k)`` tile of scores at a time.
 
     For each block of queries it walks over the blocks of keys and values, keeping per
     query the running maximum ``m`` of the scores seen so far, the running sum ``l`` of
     ``exp(score - m)`` and the running output ``acc`` (the values weighted by
     ``exp(score - m)``). When a tile raises the maximum from ``m`` to ``m_new``, the old sum
-    and output are multiplied by ``exp(m - m_new)`` first. The answer is ``acc / l``.
+    and output are multiplied by ``exp(m - m_new)`` first. The answer is ``acc / l``,
+    divided once at the end. Query blocks outside and key blocks inside, with the division
+    deferred, is the loop order of FlashAttention-2 (Dao 2023).
     ``causal=True`` (as many queries as keys) skips every tile whose first key comes after
     the block's last query, and masks inside the tiles that straddle the diagonal.
 
@@ -128,44 +132,79 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     and gets an all-zero output, as in :func:`naive_attention` and
     ``F.scaled_dot_product_attention``.
 
-    Only one tile exists at a time in inference. When an input requires a gradient,
-    autograd keeps every tile's scores and exponentials for the backward pass, so the
-    memory of forward plus backward grows with ``num_queries * num_keys``; use
-    :func:`tiled_attention_trainable` to train.
+    Precision: ``stats_dtype`` is the dtype of ``m``, ``l``, ``acc`` and of each tile's
+    arithmetic. By default it is float32 when the queries are bfloat16 or float16 (as in
+    FlashAttention's kernels: 8 or 11 significant bits cannot hold a sum over thousands of
+    keys) and the queries' dtype otherwise (float32 stays float32, float64 float64). The
+    output has the queries' dtype. ``stats_dtype=torch.bfloat16`` on bfloat16 inputs keeps
+    everything in bfloat16, the variant Chapter 9 measures against.
+
+    Memory: in inference (no input requires a gradient, or under ``torch.no_grad()``) only
+    one tile exists at a time. When an input requires a gradient, autograd keeps every
+    tile's scores and exponentials for the backward pass, so the memory of forward plus
+    backward grows with ``num_queries * num_keys``; use :func:`tiled_attention_trainable`
+    to train.
     """
     _check_qkv(queries, keys, values)
     _check_blocks(block_q, block_k)
-    lead = _leading_shape(queries, keys, values)
+    stats = _stats_dtype(stats_dtype, queries.dtype)
+    _leading_shape(queries, keys, values)
     n_q, n_k = queries.shape[-2], keys.shape[-2]
     if causal and n_q != n_k:
         raise ValueError(f"causal=True needs as many queries as keys, got {n_q} and {n_k}")
+    out, _ = _tiled_forward(queries, keys, values, block_q, block_k, causal, stats, with_lse=False)
+    return out
+
+
+def _stats_dtype(stats_dtype, input_dtype):
+    """The dtype of the running statistics: the argument if given, else float32 for the
+    16-bit floating types and the inputs' own dtype for the others."""
+    if stats_dtype is None:
+        return torch.float32 if input_dtype in (torch.bfloat16, torch.float16) else input_dtype
+    if not isinstance(stats_dtype, torch.dtype) or not stats_dtype.is_floating_point:
+        raise ValueError(f"stats_dtype must be None or a floating-point torch.dtype, got "
+                         f"stats_dtype={stats_dtype!r}")
+    return stats_dtype
+
+
+def _tiled_forward(queries, keys, values, block_q, block_k, causal, stats, with_lse):
+    """The forward loop shared by :func:`tiled_attention` and :class:`TiledAttentionFunction`:
+    ``(output, lse)``, ``lse`` (one log-sum-exp per query, dtype ``stats``) only when
+    ``with_lse``. The statistics and each tile's arithmetic are in ``stats``; the output
+    has the queries' dtype. Arguments already checked."""
+    lead = _leading_shape(queries, keys, values)
+    n_q, n_k = queries.shape[-2], keys.shape[-2]
     scale = 1.0 / math.sqrt(queries.shape[-1])
     # Zeros, not empty: with no keys the loop below never writes and the answer is zero.
     out = queries.new_zeros(*lead, n_q, values.shape[-1])
+    lse = queries.new_full((*lead, n_q), float("-inf"), dtype=stats) if with_lse else None
     if n_k == 0:
-        return out
+        return out, lse
     for q0 in range(0, n_q, block_q):
         q1 = min(q0 + block_q, n_q)
-        q_blk = queries[..., q0:q1, :] * scale
+        # .to() is free when the dtypes already agree (float32 and float64 inputs).
+        q_blk = queries[..., q0:q1, :].to(stats) * scale
         m = q_blk.new_full((*lead, q1 - q0, 1), float("-inf"))
         l = q_blk.new_zeros((*lead, q1 - q0, 1))
         acc = q_blk.new_zeros((*lead, q1 - q0, values.shape[-1]))
         k_stop = q1 if causal else n_k          # tiles starting after the last query: skipped
         for k0 in range(0, k_stop, block_k):
             k1 = min(k0 + block_k, n_k)
-            s = q_blk @ keys[..., k0:k1, :].transpose(-2, -1)
+            s = q_blk @ keys[..., k0:k1, :].to(stats).transpose(-2, -1)
             if causal and k1 - 1 > q0:          # this tile straddles the diagonal
-                rows = torch.arange(q0, q1, device=s.device)[:, None]
-                cols = torch.arange(k0, k1, device=s.device)[None, :]
-                s = s.masked_fill(cols > rows, float("-inf"))
+                s = s.masked_fill(_causal_mask(q0, q1, k0, k1, s.device), float("-inf"))
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             p = torch.exp(s - m_new)
             rescale = torch.exp(m - m_new)      # exp(-inf) = 0 on the first tile
             l = l * rescale + p.sum(dim=-1, keepdim=True)
-            acc = acc * rescale + p @ values[..., k0:k1, :]
+            acc = acc * rescale + p @ values[..., k0:k1, :].to(stats)
             m = m_new
-        out[..., q0:q1, :] = acc / l
-    return out
+        out[..., q0:q1, :] = acc / l            # one division per query, at the end
+        if with_lse:
+            # m and l are all the backward pass needs to rebuild any probability, and
+            # m + log(l) carries both in one number per query (FlashAttention-2).
+            lse[..., q0:q1] = (m + torch.log(l)).squeeze(-1)
+    return out, lse
 
 
 def _check_blocks(block_q, block_k):
@@ -183,8 +222,9 @@ def _causal_mask(q0: int, q1: int, k0: int, k1: int, device) -> torch.Tensor:
 class TiledAttentionFunction(torch.autograd.Function):
     """Tiled softmax attention whose backward pass recomputes the tiles (FlashAttention).
 
-    ``TiledAttentionFunction.apply(queries, keys, values, block_q, block_k, causal)``; call
-    it through :func:`tiled_attention_trainable`, which checks the arguments.
+    ``TiledAttentionFunction.apply(queries, keys, values, block_q, block_k, causal,
+    stats_dtype=None)``; call it through :func:`tiled_attention_trainable`, which checks the
+    arguments.
 
     Forward: the loop of :func:`tiled_attention` (query blocks outside, key blocks inside,
     the loop order of FlashAttention-2). Besides the output ``O`` it produces, per query,
@@ -195,38 +235,15 @@ class TiledAttentionFunction(torch.autograd.Function):
     scores ``S`` and the probabilities ``P = exp(S - L)``, then
     ``dV += P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - D)``, ``dQ += dS K / sqrt(d)``,
     ``dK += dS^T Q / sqrt(d)``. At most one tile of ``S``, ``P``, ``dP`` and ``dS`` exists
-    at a time. Not twice differentiable.
+    at a time. Both passes work in the statistics dtype of :func:`tiled_attention` (float32
+    for bfloat16 and float16 inputs); ``O`` and the gradients have the inputs' dtypes, ``L``
+    the statistics dtype. Not twice differentiable.
     """
 
     @staticmethod
-    def forward(ctx, queries, keys, values, block_q, block_k, causal):
-        n_q, n_k = queries.shape[-2], keys.shape[-2]
-        scale = 1.0 / math.sqrt(queries.shape[-1])
-        lead = torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
-        out = queries.new_empty(*lead, n_q, values.shape[-1])
-        lse = queries.new_empty(*lead, n_q)
-        for q0 in range(0, n_q, block_q):
-            q1 = min(q0 + block_q, n_q)
-            q_blk = queries[..., q0:q1, :] * scale
-            m = q_blk.new_full((*lead, q1 - q0, 1), float("-inf"))
-            l = q_blk.new_zeros((*lead, q1 - q0, 1))
-            acc = q_blk.new_zeros((*lead, q1 - q0, values.shape[-1]))
-            for k0 in range(0, q1 if causal else n_k, block_k):
-                k1 = min(k0 + block_k, n_k)
-                s = q_blk @ keys[..., k0:k1, :].transpose(-2, -1)
-                if causal and k1 - 1 > q0:
-                    s = s.masked_fill(_causal_mask(q0, q1, k0, k1, s.device), float("-inf"))
-                m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-                p = torch.exp(s - m_new)
-                shrink = torch.exp(m - m_new)
-                l = shrink * l + p.sum(dim=-1, keepdim=True)
-                acc = shrink * acc + p @ values[..., k0:k1, :]
-                m = m_new
-            # No keys at all (num_keys = 0): l is 0 and acc is 0; the output is 0, not 0 / 0.
-            out[..., q0:q1, :] = acc / l if n_k else acc
-            # m and l are all the backward pass needs to rebuild any probability, and
-            # m + log(l) carries both in one number per query (FlashAttention-2).
-            lse[..., q0:q1] = (m + torch.log(l)).squeeze(-1)
+    def forward(ctx, queries, keys, values, block_q, block_k, causal, stats_dtype=None):
+        stats = _stats_dtype(stats_dtype, queries.dtype)
+        out, lse = _tiled_forward(queries, keys, values, block_q, block_k, causal, stats, with_lse=True)
         ctx.save_for_backward(queries, keys, values, out, lse)
         ctx.blocks = (block_q, block_k, causal)
         return out
@@ -234,8 +251,13 @@ class TiledAttentionFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        queries, keys, values, out, lse = ctx.saved_tensors
+        saved_q, saved_k, saved_v, out, lse = ctx.saved_tensors
         block_q, block_k, causal = ctx.blocks
+        # The backward pass works in the forward's statistics dtype (lse's): float32 for
+        # 16-bit inputs, whose gradients are sums over thousands of tiles too.
+        stats = lse.dtype
+        queries, keys, values = saved_q.to(stats), saved_k.to(stats), saved_v.to(stats)
+        grad_out, out = grad_out.to(stats), out.to(stats)
         n_q, n_k = queries.shape[-2], keys.shape[-2]
         scale = 1.0 / math.sqrt(queries.shape[-1])
         lead = out.shape[:-2]
@@ -268,12 +290,15 @@ class TiledAttentionFunction(torch.autograd.Function):
                 d_s = p * (d_o @ v_blk.transpose(-2, -1) - delta[..., q0:q1, :])
                 d_q[..., q0:q1, :] += (d_s @ k_blk) * scale
                 d_k[..., k0:k1, :] += (d_s.transpose(-2, -1) @ q_blk) * scale
-        grads = (d_q.sum_to_size(queries.shape), d_k.sum_to_size(keys.shape), d_v.sum_to_size(values.shape))
-        return tuple(g if needed else None for g, needed in zip(grads, ctx.needs_input_grad[:3])) + (None,) * 3
+        grads = (d_q.sum_to_size(queries.shape).to(saved_q.dtype), d_k.sum_to_size(keys.shape).to(saved_k.dtype),
+                 d_v.sum_to_size(values.shape).to(saved_v.dtype))
+        # One None per non-tensor argument: block_q, block_k, causal, stats_dtype.
+        return tuple(g if needed else None for g, needed in zip(grads, ctx.needs_input_grad[:3])) + (None,) * 4
 
 
 def tiled_attention_trainable(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                              block_q: int = 128, block_k: int = 128, causal: bool = False) -> torch.Tensor:
+                              block_q: int = 128, block_k: int = 128, causal: bool = False,
+                              stats_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """:func:`tiled_attention` for training: the same output, and a backward pass that
     recomputes each tile's probabilities from the saved log-sum-exps instead of keeping
     the tiles (:class:`TiledAttentionFunction`).
@@ -281,9 +306,11 @@ def tiled_attention_trainable(queries: torch.Tensor, keys: torch.Tensor, values:
     ``queries`` ``(..., num_queries, d)``, ``keys`` ``(..., num_keys, d)``, ``values``
     ``(..., num_keys, d_v)``, floating point, one dtype and device; leading axes broadcast
     as in ``torch.matmul``. Forward plus backward keeps ``Q, K, V``, the output and one
-    number per query, never a ``(num_queries, num_keys)`` tensor. With no keys the output
-    and its gradients are zero, as in :func:`tiled_attention`. Raises ``ValueError``
-    naming the argument for bad shapes, dtypes or block sizes.
+    number per query, never a ``(num_queries, num_keys)`` tensor, in training as in
+    inference. With no keys the output and its gradients are zero, as in
+    :func:`tiled_attention`. ``stats_dtype`` as in :func:`tiled_attention` (float32 for
+    bfloat16 and float16 inputs by default). Raises ``ValueError`` naming the argument for
+    bad shapes, dtypes, block sizes or ``stats_dtype``.
     """
     _check_qkv(queries, keys, values)
     _check_blocks(block_q, block_k)
@@ -304,7 +331,8 @@ def tiled_attention_trainable(queries: torch.Tensor, keys: torch.Tensor, values:
     if causal and n_q != n_k:
         raise ValueError(f"causal=True needs as many queries as keys, got queries {tuple(queries.shape)} "
                          f"and keys {tuple(keys.shape)}")
-    return TiledAttentionFunction.apply(queries, keys, values, block_q, block_k, causal)
+    _stats_dtype(stats_dtype, queries.dtype)
+    return TiledAttentionFunction.apply(queries, keys, values, block_q, block_k, causal, stats_dtype)
 
 
 def causal_tile_map(num_tokens: int, block: int) -> torch.Tensor:

@@ -7,6 +7,9 @@
                                                    # bench/efficient_decoding.csv (the chapter reads them)
     .venv/bin/python bench/efficient.py --quick    # small sizes only (a smoke test)
     .venv/bin/python bench/efficient.py --only training --save   # one part only; --save writes its CSV
+    .venv/bin/python bench/efficient.py --only decoding --threads 1 --save-speedups
+                                                   # only the speed-up row for 1 thread in
+                                                   # bench/efficient_decoding_speedups.csv
 
 **Training memory.** The same head, forward plus backward: each variant's output is
 differentiated with respect to queries, keys and values (``torch.autograd.grad`` with one
@@ -41,7 +44,17 @@ the whole sequence at every step and once with a key-value cache. Both must prod
 same tokens. Every step is timed; the two methods run alternately for ``--rounds``
 rounds and the table keeps, for every step, the fastest of the rounds (other processes
 on a shared machine can only make a step slower). The speed-up after ``N`` generated
-tokens is the ratio of the summed step times of the first ``N`` steps.
+tokens is the ratio of the summed step times of the first ``N`` steps; the whole-run
+speed-up is the ratio of the fastest complete runs (512 tokens each way).
+
+The speed-ups depend on the number of threads (a cached step is about a hundred small
+operations, which a second thread barely helps; recomputing works on whole sequences).
+``bench/efficient_decoding_speedups.csv`` keeps one row per thread count: the speed-ups
+after 32 ... 512 tokens, the whole-run speed-up and its two times, the date and the load.
+``--save`` writes the row of this run's thread count beside the per-step table
+(``bench/efficient_decoding.csv``, which the chapter reads); ``--save-speedups`` writes
+only that row and leaves the per-step table alone, so that other thread counts can be
+added.
 
 **Cache growth and prefill against decode** (``--only cache``). The same model. (a) For
 ``n`` = 256 ... 16384 cached tokens, one cache of each kind is filled with ``n`` random keys
@@ -67,7 +80,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from _common import ROOT, measured_by  # bench/_common.py; puts the repository root on sys.path
+from _common import ROOT, cpu_name, measured_by, write_csv  # bench/_common.py; puts the repository root on sys.path
 from attention_course import efficient as eff
 
 HEAD_DIM, BLOCK = 64, 128
@@ -75,6 +88,7 @@ LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 QUICK_LENGTHS = [256, 1024]
 MEMORY_CSV = ROOT / "bench" / "efficient_memory.csv"
 DECODING_CSV = ROOT / "bench" / "efficient_decoding.csv"
+SPEEDUPS_CSV = ROOT / "bench" / "efficient_decoding_speedups.csv"
 TRAINING_CSV = ROOT / "bench" / "efficient_training.csv"
 TRAINING_LENGTHS = [1024, 2048, 4096, 8192]
 QUICK_TRAINING_LENGTHS = [256, 1024]
@@ -329,6 +343,32 @@ def weight_throughput(dim: int, row_counts: list) -> list:
         rows_out.append(dict(rows=rows, ms=best * 1e3, gflop_per_s=flops / best / 1e9,
                              weight_gb_per_s=4 * dim * dim / best / 1e9, flop_per_byte=flops / moved))
     return rows_out
+def save_speedup_row(dec: dict, speedups: dict, generated: int, threads: int, rounds: int) -> None:
+    """Replace (or add) this thread count's row of ``SPEEDUPS_CSV``; other rows stay."""
+    import csv
+    import datetime as dt
+
+    row = dict(threads=threads, date=dt.date.today().isoformat(), torch=torch.__version__,
+               load_average_1min_end=f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "",
+               rounds=rounds, generated=generated)
+    for n in CHECKPOINTS:
+        row[f"speedup_after_{n}"] = f"{speedups[n]:.2f}" if n in speedups else ""
+    whole = dec["totals"][False] / dec["totals"][True]
+    row.update(speedup_whole_run=f"{whole:.2f}", recompute_whole_run_ms=f"{dec['totals'][False] * 1e3:.0f}",
+               cached_whole_run_ms=f"{dec['totals'][True] * 1e3:.0f}", same_tokens=dec["same_tokens"])
+    rows = []
+    if SPEEDUPS_CSV.exists():
+        lines = SPEEDUPS_CSV.read_text(encoding="utf-8").splitlines()
+        rows = [r for r in csv.DictReader(line for line in lines if not line.startswith("#"))
+                if int(r["threads"]) != threads]
+    rows = sorted(rows + [row], key=lambda r: int(r["threads"]))
+    write_csv(SPEEDUPS_CSV, rows, comments=(
+        f"measured by bench/efficient.py (decoding part) on a {os.cpu_count()}-core {cpu_name()}; one row per "
+        f"thread count (torch.set_num_threads), each from its own run on the date given",
+        f"TinyCausalLM {MODEL}, random weights (seed 0), prompt {PROMPT} tokens, greedy; speedup_after_N = summed "
+        f"fastest recompute steps / summed fastest cached steps over the first N generated tokens (fastest of "
+        f"`rounds` rounds per step); speedup_whole_run = fastest complete recompute run / fastest complete "
+        f"cached run"))
 
 
 # ---------------------------------------------------------------- main
@@ -339,6 +379,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only")
     parser.add_argument("--only", choices=PARTS, action="append",
                         help="measure only this part (repeatable); --save then writes only its CSV")
+    parser.add_argument("--save-speedups", action="store_true",
+                        help="write only this thread count's row of bench/efficient_decoding_speedups.csv")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -517,6 +559,10 @@ def main() -> int:
                     f.write(f"{r['rows']},{r['ms']:.3f},{r['gflop_per_s']:.2f},{r['weight_gb_per_s']:.2f},"
                             f"{r['flop_per_byte']:.2f}\n")
             written += [CACHE_GROWTH_CSV, PREFILL_DECODE_CSV, INTENSITY_CSV]
+    if "decoding" in parts and (args.save or args.save_speedups):
+        save_speedup_row(dec, speedups, generated, args.threads, args.rounds)
+        print(f"wrote the {args.threads}-thread row of {SPEEDUPS_CSV.relative_to(ROOT)}")
+    if args.save:
         print("\nwrote " + " and ".join(str(path.relative_to(ROOT)) for path in written))
     return 0
 

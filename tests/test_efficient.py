@@ -84,6 +84,75 @@ def test_tiled_attention_broadcasts_leading_axes_like_sdpa(q_lead, kv_lead):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture
+def one_thread():
+    """Thousands of tiny tile operations run fastest, and on a shared machine far faster, on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_16_bit_inputs_give_16_bit_outputs_and_gradients_near_the_definition(dtype, causal):
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 37, 8, generator=g, dtype=torch.float64).to(dtype) for _ in range(3))
+    want = _definition(q, k, v, causal)                      # float64, from the 16-bit inputs
+    out = eff.tiled_attention(q, k, v, 8, 16, causal=causal)
+    assert out.dtype == dtype
+    # float32 statistics: at most one rounding to the 16-bit format away from the float64 answer
+    step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    assert ((out.double() - want).abs() <= step * want.abs() + 1e-6).all()
+
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    d_out = torch.randn(2, 37, 8, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad(eff.tiled_attention_trainable(*leaves, 8, 16, causal), leaves, d_out.to(dtype))
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    expected = torch.autograd.grad(_definition(*exact, causal), exact, d_out.to(dtype).double())
+    for name, a, b in zip("qkv", got, expected):
+        assert a.dtype == dtype, name
+        assert (a.double() - b).abs().max() <= 3 * step * b.abs().max() + 1e-4, name
+
+
+def test_stats_dtype_is_checked_and_float64_stays_float64():
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="stats_dtype"):
+        eff.tiled_attention(x, x, x, 2, 2, stats_dtype=torch.int32)
+    with pytest.raises(ValueError, match="stats_dtype"):
+        eff.tiled_attention_trainable(x, x, x, 2, 2, stats_dtype="float32")
+    # float64 statistics: the float64 definition to 1e-12, which float32 statistics could not reach
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(40, 6, generator=g, dtype=torch.float64) * 3 for _ in range(3))
+    torch.testing.assert_close(eff.tiled_attention(q, k, v, 8, 8), _definition(q, k, v, False), rtol=1e-12, atol=1e-12)
+    forced = eff.tiled_attention(q, k, v, 8, 8, stats_dtype=torch.float32)
+    assert forced.dtype == torch.float64 and (forced - _definition(q, k, v, False)).abs().max() > 1e-10
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_float32_statistics_are_as_accurate_as_rounding_and_bfloat16_statistics_are_not(causal, one_thread):
+    """The chapter's precision table on other inputs: 1024 tokens in key blocks of 32 give the
+    same 32 updates of the statistics per query as its 4096 tokens in blocks of 128."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 1, 1024, 64, generator=g).bfloat16() for _ in range(3))
+    exact = _definition(q, k, v, causal)
+    floor = exact.bfloat16()                      # the best any bfloat16 output can be
+
+    def errors(result):
+        gap = (result.double() - exact).abs()
+        return gap.mean().item(), gap.max().item()
+
+    floor_mean, _ = errors(floor)
+    f32 = eff.tiled_attention(q, k, v, 32, 32, causal=causal)
+    bf16 = eff.tiled_attention(q, k, v, 32, 32, causal=causal, stats_dtype=torch.bfloat16)
+    sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    (f32_mean, f32_max), (bf16_mean, bf16_max), (sdpa_mean, _) = errors(f32), errors(bf16), errors(sdpa)
+    assert f32.dtype == bf16.dtype == torch.bfloat16
+    assert (f32 == floor).float().mean() > 0.999 and f32_mean <= 1.01 * floor_mean
+    assert bf16_mean >= 3 * f32_mean and bf16_max >= 1.5 * f32_max      # measured: 4.7-6.8x and 2-10x
+    assert 1.2 * floor_mean <= sdpa_mean <= bf16_mean / 2                # SDPA in between, as the page says
+
+
 @pytest.mark.parametrize("n,block", [(8, 2), (10, 4), (1, 3), (9, 9), (13, 5)])
 def test_causal_tile_map_against_brute_force(n, block):
     grid = eff.causal_tile_map(n, block)
@@ -283,3 +352,18 @@ def test_shipped_cache_tables_back_the_chapters_claims():
     products = {int(r["rows"]): r for r in rows("efficient_intensity.csv")}
     speed = float(products[256]["gflop_per_s"]) / float(products[1]["gflop_per_s"])
     assert speed >= 10, speed                 # "eleven times faster per operation"
+
+
+def test_shipped_decoding_speedups_name_their_thread_counts_and_grow_with_the_run():
+    lines = (ROOT / "bench" / "efficient_decoding_speedups.csv").read_text(encoding="utf-8").splitlines()
+    rows = {int(r["threads"]): r for r in csv.DictReader(line for line in lines if not line.startswith("#"))}
+    # The per-step table the chapter reads (efficient_decoding.csv) has its own thread count in its
+    # first line; this file adds the others, one row each, starting with one thread.
+    assert 1 in rows
+    for threads, row in rows.items():
+        after = [float(row[f"speedup_after_{n}"]) for n in (32, 64, 128, 256, 512)]
+        assert row["same_tokens"] == "True" and int(row["generated"]) == 512, threads
+        assert 1 < after[0] and after == sorted(after), (threads, after)   # the gain grows with the run
+        assert after[-1] >= 5 and float(row["speedup_whole_run"]) >= 5, (threads, row)
+        whole = float(row["recompute_whole_run_ms"]) / float(row["cached_whole_run_ms"])
+        assert abs(whole - float(row["speedup_whole_run"])) <= 0.05 * whole, (threads, row)
