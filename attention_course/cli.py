@@ -232,6 +232,8 @@ def _merge(args) -> int:
     log += [result_log_line(r, header["per_student"]) for r in results]
     if header["ignored"]:
         log.append(printable(f"ignored (hidden, or not a notebook nor a folder): {', '.join(header['ignored'])}"))
+    log.append(f"graded {len(results)} submission(s) in {sum(s.header['seconds'] for s in shards):.1f} s "
+               f"summed over {count} shard(s)")
     out = Path(args.out)
     print(f"merged {count} shard(s) of chapter {header['chapter']:02d}: {len(results)} submissions "
           f"(seed {header['seed']})", end="")
