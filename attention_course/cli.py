@@ -141,6 +141,12 @@ def _grade(args) -> int:
             print(f"attention-course grade: no submission (.ipynb, or a folder holding one) in {target}",
                   file=sys.stderr)
             return 2
+        if args.regrade:
+            if args.shard is not None:
+                raise ValueError("--regrade rewrites a whole class's files; it does not take --shard")
+            return _regrade(args, submissions, ignored, options)
+        if args.only:
+            raise ValueError("--only names the submissions --regrade grades again; give --regrade DIR too")
         shard, class_names, positions = None, [s.student for s in submissions], None
         if args.shard is not None:
             from .grading.shards import parse_shard, shard_positions
@@ -172,7 +178,66 @@ def _grade(args) -> int:
         return 0
     print(f"graded {len(run.results)} submissions of chapter {args.chapter:02d} in {run.seconds:.1f} s "
           f"(seed {run.plan.seed})", end="")
-    return _class_outputs(args, run.results, run.plan, out, run.log)
+    code = _class_outputs(args, run.results, run.plan, out, run.log)
+    _write_record(out, run.plan, run.results, not args.one_seed, run.log_header, ignored, run.seconds)
+    return code
+
+
+def _write_record(out: Path, plan, results: list, per_student: bool, log_header: list, ignored: list,
+                  seconds: float) -> None:
+    """The class's record beside its files: what `grade --regrade OUT` reuses."""
+    from .grading.shards import RECORD_NAME, write_shard
+    write_shard(out, 0, 1, plan, [r.student for r in results], results, list(range(len(results))),
+                per_student=per_student, log_header=log_header, ignored=ignored, seconds=seconds, name=RECORD_NAME)
+
+
+def _regrade(args, submissions: list, ignored: list, options: dict) -> int:
+    """Grade again only the submissions that are new or changed since the run in ``args.regrade`` (or
+    are named by ``--only``), with that run's seed; keep the others' results; rewrite the class files."""
+    from .grading.grader import build_plan, result_log_line, run_grading
+    from .grading.reports import ProgressBar
+    from .grading.shards import RECORD_NAME, ShardError, plan_fingerprint, regrade_split
+    from .notebook import printable
+    earlier = Path(args.regrade)
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    try:
+        if not (earlier / RECORD_NAME).is_file():
+            raise ShardError(f"--regrade {earlier}: no {RECORD_NAME} there (the record a class run or a merge "
+                             f"writes beside grades.csv); grade the class without --regrade first")
+        header, keep, again = regrade_split(earlier / RECORD_NAME, submissions, only)
+        if header["chapter"] != args.chapter:
+            raise ShardError(f"--regrade {earlier}: that run graded chapter {header['chapter']}, not {args.chapter}")
+        if args.seed is not None and args.seed != header["seed"]:
+            raise ShardError(f"--seed {args.seed} differs from the seed of the run in {earlier} ({header['seed']}); "
+                             f"regrading keeps that run's seed: leave --seed out")
+        if args.one_seed == header["per_student"]:
+            raise ShardError(f"the run in {earlier} was graded " + ("without" if header["per_student"] else "with")
+                             + " --one-seed; regrade with the same choice")
+        plan = build_plan(args.chapter, header["seed"], options["extra_checks"])
+        if plan_fingerprint(plan) != header["plan"]:
+            raise ShardError(f"the grading plan changed since the run in {earlier} (another course version, or "
+                             f"other --extra-checks): grade the whole class again, without --regrade")
+    except ShardError as error:
+        print(printable(f"attention-course grade: {error}"), file=sys.stderr)
+        return 2
+    options = dict(options, seed=header["seed"])
+    new, log_header, seconds = {}, list(header["log_header"]), 0.0
+    if again:
+        run = run_grading(again, args.chapter, progress=ProgressBar(f"chapter {args.chapter:02d}, regrade"), **options)
+        new, log_header, seconds = {r.student: r for r in run.results}, run.log_header, run.seconds
+    results = [keep[s.student] if s.student in keep else new[s.student] for s in submissions]
+    log = log_header + [printable(f"regraded {len(again)} submission(s) (new, changed since the run in {earlier}, "
+                                  f"unreadable, or named by --only); kept {len(keep)} from that run")]
+    log += [result_log_line(r, header["per_student"]) for r in results]
+    if ignored:
+        log.append(printable(f"ignored (hidden, or not a notebook nor a folder): {', '.join(ignored)}"))
+    log.append(f"graded {len(again)} submission(s) in {seconds:.1f} s")
+    out = Path(args.out or earlier)
+    print(f"regraded {len(again)} of {len(results)} submissions of chapter {args.chapter:02d} in {seconds:.1f} s "
+          f"(seed {header['seed']}; {len(keep)} unchanged kept)", end="")
+    code = _class_outputs(args, results, plan, out, log)
+    _write_record(out, plan, results, header["per_student"], log_header, ignored, seconds)
+    return code
 
 
 def _class_outputs(args, results, plan, out: Path, log: list) -> int:
@@ -237,7 +302,10 @@ def _merge(args) -> int:
     out = Path(args.out)
     print(f"merged {count} shard(s) of chapter {header['chapter']:02d}: {len(results)} submissions "
           f"(seed {header['seed']})", end="")
-    return _class_outputs(args, results, plan, out, log)
+    code = _class_outputs(args, results, plan, out, log)
+    _write_record(out, plan, results, header["per_student"], header["log_header"], header["ignored"],
+                  sum(s.header["seconds"] for s in shards))
+    return code
 
 
 def _pdf(args) -> int:
@@ -393,6 +461,12 @@ def main(argv=None) -> int:
                      help="grade only shard I of N (I from 0) of the class, chosen by the submissions' sorted names, "
                           "and write OUT/shard-I-of-N.jsonl; needs --seed; join the N shards with "
                           "`attention-course merge` (a Slurm array index or JOB_COMPLETION_INDEX makes I)")
+    grd.add_argument("--regrade", metavar="DIR",
+                     help="grade again only the submissions that are new or changed since the run whose files are in "
+                          "DIR (its record.jsonl), with that run's seed; keep the others' results; rewrite the class "
+                          "files in DIR (or --out)")
+    grd.add_argument("--only", metavar="NAMES", help="with --regrade: also grade again these submissions "
+                                                      "(comma-separated names), changed or not")
     grd.set_defaults(func=_grade)
 
     mrg = sub.add_parser("merge", help="join the shards of `grade --shard I/N` into the class files of a single run")

@@ -5,10 +5,12 @@ aside: it holds timings and start times).
 The class is the synthetic chapter-1 class of tests/test_grader_items.py (references, kept
 mistakes, an odd answer, the stub), plus a duplicate name (``dup.ipynb`` and ``dup/``, which
 discover() names dup and dup~2) and an unreadable notebook, so that every kind of record is
-carried through a shard file.
+carried through a shard file. Then ``grade --regrade`` of the whole run's folder grades again
+only what changed (or what ``--only`` names), with the same seeds.
 """
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import sys
@@ -60,7 +62,8 @@ def test_sharded_and_merged_class_files_equal_a_single_run_byte_for_byte(runs):
     assert sorted(whole) == sorted(merged)
     assert len([n for n in whole if n.startswith("feedback/")]) == len(CLASS) + 4  # stub, dup, dup~2, broken
     differ = [name for name in whole if whole[name] != merged[name]]
-    assert differ == ["grading.log"]  # start time, seconds; everything else is equal, PNGs included
+    # grading.log: start time, seconds; record.jsonl: timings. Everything else is equal, PNGs included.
+    assert differ == ["grading.log", "record.jsonl"]
     whole_log = whole["grading.log"].decode().splitlines()
     merged_log = merged["grading.log"].decode().splitlines()
     students = [line for line in whole_log if " (hidden inputs: seed " in line]
@@ -186,3 +189,40 @@ def test_cli_refuses_a_shard_without_a_seed_and_a_merge_of_another_plan(runs, tm
         _edit(shards / f"shard-{index}-of-{SHARDS}.jsonl", _header(lambda h: h.__setitem__("plan", "f" * 64)))
     assert main(["merge", str(tmp_path / "out"), str(shards)]) == 2
     assert "another grading plan" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def _grades(folder: Path) -> dict:
+    return {row["student"]: row for row in csv.DictReader((folder / "grades.csv").open(encoding="utf-8"))}
+
+
+def _seeds(folder: Path) -> dict:
+    lines = (folder / "grading.log").read_text(encoding="utf-8").splitlines()
+    return {line.split(":")[0]: line.split("seed ")[-1].split(")")[0] for line in lines if "(hidden inputs: seed" in line}
+
+
+def test_regrade_grades_only_the_changed_and_named_submissions_with_the_same_seeds(runs, tmp_path, capsys):
+    folder, earlier = tmp_path / "class", tmp_path / "earlier"
+    shutil.copytree(runs / "class", folder)
+    shutil.copytree(runs / "whole", earlier)
+    before = _grades(earlier)
+    assert before["m6"]["total"] != before["m6"]["max_total"]  # m6 kept a mistake: fix it
+    shutil.copy(SOLUTION_1, folder / "m6.ipynb")
+    (folder / "late.ipynb").write_text(STUDENT_1.read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "odd.ipynb").unlink()
+    capsys.readouterr()
+    assert main(["grade", str(folder), "--chapter", "1", "--regrade", str(earlier), "--only", "ref1"] + LIMITS) == 0
+    printed = capsys.readouterr().out
+    # m6 changed, late is new, ref1 is named: 3 graded again, the other 10 kept (broken too: unchanged)
+    assert f"regraded 3 of {len(CLASS) + 4} submissions" in printed and "10 unchanged kept" in printed, printed
+    after = _grades(earlier)
+    assert after["m6"]["total"] == after["m6"]["max_total"] and after["late"]["total"] == "0"
+    assert "odd" not in after and set(after) == set(before) - {"odd"} | {"late"}
+    assert all(after[s] == before[s] for s in after if s not in ("m6", "late"))
+    seeds = _seeds(earlier)
+    assert all(seeds[s] == v for s, v in _seeds(runs / "whole").items() if s != "odd")  # the earlier run's seed
+    assert main(["grade", str(folder), "--chapter", "1", "--regrade", str(earlier), "--seed", "7"]) == 2
+    assert f"differs from the seed of the run in {earlier} ({SEED})" in capsys.readouterr().err
+    assert main(["grade", str(folder), "--chapter", "1", "--regrade", str(earlier), "--only", "nobody"]) == 2
+    assert "--only names no submission of the folder: 'nobody'" in capsys.readouterr().err
+    assert main(["grade", str(folder), "--chapter", "1", "--regrade", str(tmp_path)]) == 2
+    assert "no record.jsonl there" in capsys.readouterr().err

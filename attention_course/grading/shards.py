@@ -154,9 +154,13 @@ def result_from_record(data: dict, reader: _Reader) -> SubmissionResult:
 # ------------------------------------------------------------------ writing a shard
 
 
+RECORD_NAME = "record.jsonl"  # a whole class's record, beside its class files (for --regrade)
+
+
 def write_shard(out: Path, index: int, count: int, plan, class_names: list, results: list, positions: list, *,
-                per_student: bool, log_header: list, ignored: list, seconds: float) -> Path:
-    """Write ``out/shard-I-of-N.jsonl`` atomically; return its path."""
+                per_student: bool, log_header: list, ignored: list, seconds: float,
+                name: Optional[str] = None) -> Path:
+    """Write ``out/shard-I-of-N.jsonl`` (or ``out/name``) atomically; return its path."""
     from .. import __version__
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -165,7 +169,7 @@ def write_shard(out: Path, index: int, count: int, plan, class_names: list, resu
               "plan": plan_fingerprint(plan), "shard": index, "shards": count, "class": list(class_names),
               "records": len(results), "ignored": list(ignored), "log_header": list(log_header),
               "seconds": round(seconds, 3)}
-    path = out / shard_file_name(index, count)
+    path = out / (name or shard_file_name(index, count))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=out)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -192,6 +196,7 @@ class Shard:
     path: Path
     header: dict
     records: list  # (position, SubmissionResult)
+    digests: dict = None  # student -> SHA-256 of their submission file when graded (None: unreadable)
 
     @property
     def name(self) -> str:
@@ -236,12 +241,14 @@ def read_shard(path: Path) -> Shard:
     if len(parsed) - 1 != header["records"]:
         raise ShardError(f"{path}: the header announces {header['records']} students, the file holds "
                          f"{len(parsed) - 1} (a truncated or edited shard record: grade that shard again)")
-    records = []
+    records, digests = [], {}
     for number, data in enumerate(parsed[1:], 2):
         line_reader = _Reader(f"{path}, line {number}")
         position = line_reader.get(data, "position", int)
-        records.append((position, result_from_record(data, line_reader)))
-    return Shard(path, header, records)
+        result = result_from_record(data, line_reader)
+        records.append((position, result))
+        digests[result.student] = line_reader.get(data, "sha256", str, optional=True)
+    return Shard(path, header, records, digests)
 
 
 def find_shard_files(paths: list) -> list:
@@ -309,3 +316,33 @@ def merge_shards(paths: list) -> tuple:
                          + ", ".join(f"{n!r} (shard {names.index(n) % count}/{count})" for n in missing[:10])
                          + (" ..." if len(missing) > 10 else ""))
     return first.header, sorted(shards, key=lambda s: s.header["shard"]), [results[i] for i in range(len(names))]
+
+
+# ------------------------------------------------------------------ regrading
+
+
+def regrade_split(record: Path, submissions: list, only: Optional[list] = None) -> tuple:
+    """(header of the earlier run's record, {student: earlier result to keep}, submissions to grade again).
+
+    A submission is graded again when it is new, when its file changed since the earlier run
+    (SHA-256), when it could not be read, or when it is named in ``only``; every other one
+    keeps its earlier result. Students of the earlier run who are no longer in the folder are
+    dropped."""
+    shard = read_shard(record)
+    if shard.header["shards"] != 1:
+        raise ShardError(f"{record}: a shard of {shard.header['shards']}, not a whole class's record "
+                         f"(merge the shards first, then regrade the merged folder)")
+    only = set(only or [])
+    unknown = sorted(only - {sub.student for sub in submissions})
+    if unknown:
+        raise ShardError(f"--only names no submission of the folder: {', '.join(map(repr, unknown))}")
+    earlier = {result.student: result for _, result in shard.records}
+    keep, again = {}, []
+    for sub in submissions:
+        digest = file_digest(sub.path)
+        if sub.student in earlier and digest is not None and shard.digests.get(sub.student) == digest \
+                and sub.student not in only:
+            keep[sub.student] = earlier[sub.student]
+        else:
+            again.append(sub)
+    return shard.header, keep, again
