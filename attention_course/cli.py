@@ -247,7 +247,8 @@ def _class_outputs(args, results, plan, out: Path, log: list) -> int:
     summary = write_class_reports(results, plan, out, log)
     print(f"; mean {summary['mean_total']:.2f} / {plan.max_total:g}")
     print(f"wrote {out}/grades.csv, {out}/feedback/ ({len(results)} files), {out}/summary.md, "
-          f"{out}/histogram.png, {out}/items.csv, {out}/misconceptions.csv, {out}/items.png, {out}/grading.log")
+          f"{out}/histogram.png, {out}/items.csv, {out}/misconceptions.csv, {out}/items.png, {out}/grading.log, "
+          f"{out}/record.jsonl")
     if args.canvas_roster:
         from .grading.lms import CANVAS_CSV, RosterError, write_canvas_csv
         assignment = args.canvas_assignment or f"Chapter {plan.chapter:02d}"
