@@ -11,7 +11,9 @@ notebooks). It prints submissions per minute, the ratio to running the solution 
 exercise cells (and their checks) alone in-process, and whether the target of 200
 submissions in under 60 s holds; then the time of the class reports (the item analysis
 included) and how many of the kept mistakes pasted into the class the item analysis finds
-with their counts.
+with their counts; the size and cost of a shard record and of ``merge``; the cost per
+submission in worker-seconds, and from it a projection (not a measurement) of grading
+2,000 students x 9 chapters with 2 and 4 jobs.
 """
 from __future__ import annotations
 
@@ -122,6 +124,25 @@ def reference_seconds(chapter: int, seed: int) -> tuple:
     return cells_only, cells_only + time.perf_counter() - start
 
 
+PROJECTED = (2000, 9)  # students, chapters: the issue's class that scales out
+
+
+def shard_overhead(run, subs: list, folder: Path) -> tuple:
+    """(bytes, seconds to write, seconds to merge) of the whole class as one shard (0/1): what a
+    sharded run adds to grading (the record, and ``merge``'s reading, checks and reports)."""
+    from attention_course.grading.grader import build_plan
+    from attention_course.grading.shards import merge_shards, write_shard
+    start = time.perf_counter()
+    path = write_shard(folder, 0, 1, run.plan, [s.student for s in subs], run.results, list(range(len(subs))),
+                       per_student=True, log_header=run.log_header, ignored=[], seconds=run.seconds)
+    written = time.perf_counter() - start
+    start = time.perf_counter()
+    header, _, results = merge_shards([folder])
+    plan = build_plan(header["chapter"], header["seed"])
+    write_class_reports(results, plan, folder / "merged", [])
+    return path.stat().st_size, written, time.perf_counter() - start
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chapter", type=int, default=1)
@@ -143,6 +164,7 @@ def main() -> int:
         start = time.perf_counter()
         summary = write_class_reports(run.results, run.plan, Path(tmp) / "out", run.log)
         report_seconds = time.perf_counter() - start
+        record_bytes, record_seconds, merge_seconds = shard_overhead(run, subs, Path(tmp) / "shard")
     cells_only, cells_and_calls = reference_seconds(args.chapter, args.seed)
     per_sub = seconds / len(subs)
     totals = [r.total for r in run.results]
@@ -165,6 +187,21 @@ def main() -> int:
     missed = {key: (n, found.get(key, 0)) for key, n in built.items() if found.get(key, 0) < n}
     print(f"item analysis: {len(built) - len(missed)} of the {len(built)} kept mistakes pasted into the class "
           f"found with their counts" + (f"; short: {missed}" if missed else ""))
+    print(f"shard record (grade --shard): {record_bytes / len(subs) / 1000:.1f} kB per submission, written in "
+          f"{record_seconds:.2f} s; merge (read, check, rebuild the plan, class reports): {merge_seconds:.2f} s")
+    # Worker-seconds per submission: the run's wall time times its workers, over the class
+    # (zygote start-up, the reference outcomes and the hostile submissions' time-outs included).
+    worker_seconds = seconds * args.jobs / len(subs)
+    print(f"per-submission cost: {worker_seconds:.2f} worker-seconds (chapter {args.chapter:02d}, this class's mix)")
+    students, chapters = PROJECTED
+    for jobs in (2, 4):
+        hours = students * chapters * worker_seconds / jobs / 3600
+        print(f"projection, not a measurement: {students:,} students x {chapters} chapters on one machine with "
+              f"{jobs} jobs: {hours:.1f} h ({hours * 60 / chapters:.0f} min per chapter); as 10 shards "
+              f"(10 such machines): {hours * 60 / 10:.0f} min" + ("" if jobs <= (os.cpu_count() or 1) else
+                                                                  f" (this machine has {os.cpu_count()} cores)"))
+    print("  (assumes every chapter costs what this one did per submission, one free core per job, and the "
+          "same mix of stubs, mistakes and time-outs)")
     scaled = seconds * TARGET_SIZE / len(subs)
     ok = scaled < TARGET_SECONDS
     print(f"target: {TARGET_SIZE} submissions in < {TARGET_SECONDS:.0f} s on 2 cores: "

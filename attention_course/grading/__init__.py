@@ -10,6 +10,7 @@ One module per concern:
 * :mod:`.reports`     – grades.csv, feedback, summary + histogram, log, Gradescope's results.json
 * :mod:`.items`       – item analysis: items.csv, misconceptions.csv, items.png, summary.md's sections
 * :mod:`.lms`         – canvas.csv, Canvas's gradebook import (``--canvas-roster``)
+* :mod:`.shards`      – ``grade --shard I/N``, ``merge`` and ``grade --regrade``: per-student records (JSON Lines)
 * :mod:`.synthetic`   – a kept mistake as a stand-alone exercise cell (synthetic classes: tests, bench)
 * :mod:`.gradescope`  – the Gradescope autograder zip and its ``run_autograder``
 

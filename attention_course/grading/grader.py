@@ -583,6 +583,7 @@ class GradingRun:
     seconds: float
     landlock_abi: int
     restarts: int
+    log_header: list = field(default_factory=list)  # the log's lines before the students'
 
 
 def _log_header(plan: GradingPlan, sandbox, time_limit, memory_mb, jobs) -> list:
@@ -607,6 +608,14 @@ def _log_header(plan: GradingPlan, sandbox, time_limit, memory_mb, jobs) -> list
     if blocked:
         lines.append(f"the course's own answers refused in the children: {', '.join(blocked)}")
     return lines
+
+
+def result_log_line(r: SubmissionResult, per_student: bool = True) -> str:
+    """One student's line of grading.log."""
+    reasons = "; ".join(f"{e.label}: {e.summary}" for e in r.exercises if e.summary)
+    seed_note = f" (hidden inputs: seed {r.seed})" if per_student and r.seed is not None else ""
+    return printable(f"{r.student}: {r.total:g}/{r.max_total:g}{seed_note}") + (
+        printable(f"  [{r.problem or reasons}]")[:400] if (r.problem or reasons) else "")
 
 
 def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, jobs: int = 2,
@@ -643,10 +652,7 @@ def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, 
     finally:
         torch.set_num_threads(old_threads)
     seconds = time.perf_counter() - start
-    for r in results:
-        reasons = "; ".join(f"{e.label}: {e.summary}" for e in r.exercises if e.summary)
-        seed_note = f" (hidden inputs: seed {r.seed})" if per_student and r.seed is not None else ""
-        log.append(printable(f"{r.student}: {r.total:g}/{r.max_total:g}{seed_note}") + (printable(f"  [{r.problem or reasons}]")[:400]
-                                                                  if (r.problem or reasons) else ""))
+    header = list(log)
+    log += [result_log_line(r, per_student) for r in results]
     log.append(f"graded {len(results)} submission(s) in {seconds:.1f} s; zygote restarts: {restarts}")
-    return GradingRun(plan, results, log, seconds, abi, restarts)
+    return GradingRun(plan, results, log, seconds, abi, restarts, header)
