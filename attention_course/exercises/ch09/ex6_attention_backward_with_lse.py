@@ -195,8 +195,8 @@ def _raises_naming_block(got, want, calls):
     """The first call is valid and must return (its values are the other checks' business, so that a
     wrong value gets their hint, not this check's); every other call must raise ValueError naming block."""
     from ...checking import compare_outcome
-    if got[0]["status"] != "ok":
-        return f"call 1 of {len(calls)}: block={calls[0].args[-1]!r} is valid, but it raised {got[0]['error_type']}"
+    if got[0]["status"] != "ok":             # the valid call raised: say what, as the other checks do
+        return f"call 1 of {len(calls)} (block={calls[0].args[-1]!r}): " + compare_outcome(got[0], want[0], _VALUES)
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
         if i and (reason := compare_outcome(g, w, _BLOCK_ERROR, call)):
             return f"call {i + 1} of {len(calls)} (block={call.args[-1]!r}): {reason}"
