@@ -234,7 +234,9 @@ def _gqa_student(q_new, k_new, v_new, k_cache, v_cache, *, heads_of=None, scale=
     else:
         wide_k, wide_v = heads_of(src_k, h, g), heads_of(src_v, h, g)
     scores = q_new @ wide_k.transpose(-1, -2)
-    if scale:
+    if scale == "d_model":                           # a solver's: sqrt(num_heads * head_dim)
+        scores = scores / math.sqrt(h * q_new.shape[-1])
+    elif scale:
         scores = scores / math.sqrt(q_new.shape[-1])
     out = torch.softmax(scores, dim=-1) @ wide_v
     if widen_cache:
@@ -254,6 +256,7 @@ def _divided_by_kv_heads(t, h, g):
     (dict(heads_of=_tiled), "groups interleaved"),
     (dict(heads_of=_divided_by_kv_heads), "head index divided by num_kv_heads"),
     (dict(scale=False), "scores not scaled"),
+    (dict(scale="d_model"), "scores scaled by the square root of d_model"),
     (dict(widen_cache=True), "cache returned with one head per query head"),
     (dict(self_last=True), "new token does not see itself"),
     (dict(new_first=True), "new token put before the cache"),
@@ -324,9 +327,10 @@ def test_ch09_ex6_the_reference_agrees_with_autograd_in_float64(lead, n_q, n_k, 
 
 def _student_backward(queries, keys, values, output, lse, grad_output, grad_lse, block, *, lse_sign=1,
                       row_d="output", probs="lse", grad_root=True, root_of="d", strict=True, whole=False,
-                      key_tiles=True):
+                      key_tiles=True, lse_bare=False, dk_root=True):
     """A student's answer; each keyword switches on one mistake (key_tiles=False: query blocks
-    against all the keys at once, which the contract allows)."""
+    against all the keys at once, which the contract allows; lse_bare: grad_lse added to dS without
+    the factor P; dk_root=False: dK alone lacks 1/sqrt(d), the solver's two mistakes)."""
     if strict and (type(block) is not int or block < 1):
         raise ValueError(f"block must be a Python int of at least 1, got block={block!r}")
     n_q, n_k = queries.shape[-2], keys.shape[-2]
@@ -350,10 +354,11 @@ def _student_backward(queries, keys, values, output, lse, grad_output, grad_lse,
                 big_d = (gi * output[..., i:i + step_q, :]).sum(-1, keepdim=True)
             else:
                 big_d = (p * dp).sum(-1, keepdim=True)
-            ds = p * (dp - big_d + lse_sign * grad_lse[..., i:i + step_q, None])
+            g_lse = lse_sign * grad_lse[..., i:i + step_q, None]
+            ds = p * (dp - big_d) + g_lse if lse_bare else p * (dp - big_d + g_lse)
             dv[..., j:j + step_k, :] += p.transpose(-2, -1) @ gi
             dq[..., i:i + step_q, :] += ds @ kj * (c if grad_root else 1)
-            dk[..., j:j + step_k, :] += ds.transpose(-2, -1) @ qi * (c if grad_root else 1)
+            dk[..., j:j + step_k, :] += ds.transpose(-2, -1) @ qi * (c if grad_root and dk_root else 1)
     return dq, dk, dv
 
 
@@ -377,12 +382,91 @@ def test_ch09_ex6_query_blocks_against_all_the_keys_are_within_the_budget():
     (dict(root_of="v"), "scores scaled by the square root of d_v"),
     (dict(whole=True), "the whole score matrix formed"),
     (dict(strict=False), "block not checked"),
+    (dict(lse_bare=True), "grad_lse added to dS without the factor P"),
+    (dict(dk_root=False), "dK not scaled"),
 ], ids=["lse_ignored", "lse_sign", "tile_d", "tile_softmax", "unshifted_exp", "no_grad_scale", "sqrt_d_v",
-        "whole_matrix", "block_unchecked"])
+        "whole_matrix", "block_unchecked", "lse_without_p", "dk_unscaled"])
 def test_ch09_ex6_each_mistake_gets_its_own_hint(switch, mistake):
     def answer(queries, keys, values, output, lse, grad_output, grad_lse, block):
         return _student_backward(queries, keys, values, output, lse, grad_output, grad_lse, block, **switch)
     assert_mistake("ch09_ex6", answer, mistake)
+
+
+_WRONG_VALUES = [dict(lse_sign=0), dict(lse_sign=-1), dict(row_d="tile"), dict(probs="tile"), dict(grad_root=False),
+                 dict(root_of="v"), dict(lse_bare=True), dict(dk_root=False)]
+
+
+@pytest.mark.parametrize("switch", _WRONG_VALUES, ids=lambda d: "-".join(f"{k}={v}" for k, v in d.items()))
+def test_ch09_ex6_a_wrong_value_never_gets_the_block_hint(switch):
+    # The block check's valid call must return, but its values are the other checks' business.
+    def answer(*args):
+        return _student_backward(*args, **switch)
+    failed = failed_checks("ch09_ex6", answer)
+    assert failed
+    block = check_named("ch09_ex6", "block 0, 2.0 or True")
+    assert all(r.check != block.name and "before the loops" not in r.hint for r in failed), \
+        [(r.check, r.hint) for r in failed]
+
+
+def _first_pass_backward(queries, keys, values, output, lse, grad_output, grad_lse, block):
+    """A solver's correct answer: D_i = sum_j P_ij dP_ij summed over every key in a first pass (the
+    definition of D) instead of grad_output_i . output_i; it rounds differently in float32."""
+    if type(block) is not int or block < 1:
+        raise ValueError(f"block must be a Python int of at least 1, got {block!r}")
+    c = 1 / math.sqrt(queries.shape[-1])
+    n_q, n_k = queries.shape[-2], keys.shape[-2]
+    pairs = [(slice(i, i + block), slice(j, j + block)) for i in range(0, n_q, block) for j in range(0, n_k, block)]
+
+    def probs_and_dp(r, k):
+        p = torch.exp(queries[..., r, :] @ keys[..., k, :].mT * c - lse[..., r, None])
+        return p, grad_output[..., r, :] @ values[..., k, :].mT
+
+    big_d = torch.zeros_like(lse)
+    for r, k in pairs:
+        p, dp = probs_and_dp(r, k)
+        big_d[..., r] += (p * dp).sum(-1)
+    dq, dk, dv = torch.zeros_like(queries), torch.zeros_like(keys), torch.zeros_like(values)
+    for r, k in pairs:
+        p, dp = probs_and_dp(r, k)
+        ds = p * (dp - big_d[..., r, None] + grad_lse[..., r, None])
+        dq[..., r, :] += ds @ keys[..., k, :] * c
+        dk[..., k, :] += ds.mT @ queries[..., r, :] * c
+        dv[..., k, :] += p.mT @ grad_output[..., r, :]
+    return dq, dk, dv
+
+
+def test_ch09_ex6_first_pass_d_passes():
+    passes_everywhere("ch09_ex6", _first_pass_backward)
+
+
+def test_ch09_ex6_scores_above_88_tolerance_has_a_margin_of_3_and_still_fails_every_wrong_value():
+    # The tolerance grows with the largest score: max(1e-4, max|S| 2^-16) absolute, 1e-4 relative.
+    # Every correct order of the sums stays 3 times inside it over 60 seeds; every wrong value fails.
+    exercise = get_exercise("ch09_ex6")
+    sharp = check_named("ch09_ex6", "scores above 88")
+    index = exercise.checks.index(sharp)
+    correct = [_student_backward, _first_pass_backward, lambda *a: _student_backward(*a, key_tiles=False)]
+    wrong = [lambda *a, sw=sw: _student_backward(*a, **sw) for sw in _WRONG_VALUES + [dict(probs="divide")]]
+    torch.set_num_threads(1)
+    worst = 0.0
+    for seed in [sharp.seed] + [hidden_seed(s, index) for s in range(60)]:
+        calls = sharp.make_calls(seed)
+        for call in calls:
+            q, k = call.args[0].double(), call.args[1].double()
+            atol = max(1e-4, float((q @ k.mT).abs().max()) / math.sqrt(q.shape[-1]) * 2.0 ** -16)
+            want = [t.double() for t in exercise.reference(*call.args)]
+            for answer in correct:
+                for g, w in zip(answer(*call.args), want):
+                    worst = max(worst, float(((g.double() - w).abs() - 1e-4 * w.abs()).max()) / atol)
+        for answer in wrong:
+            assert not judge(exercise, sharp, calls, outcomes_for(answer, calls, "function")).passed, seed
+    assert worst < 1 / 3, worst
+
+
+def test_ch09_ex6_the_contract_says_what_the_tile_check_enforces():
+    text = " ".join(statement("ch09_ex6").split())
+    assert "What the check enforces is memory" in text and "which no check enforces" in text
+    assert "the largest |score| times $2^{-16}$" in text
 
 
 def test_ch09_ex6_autograd_through_the_whole_forward_pass_is_caught_by_the_tile_check():

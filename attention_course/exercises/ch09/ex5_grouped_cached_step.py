@@ -137,7 +137,9 @@ def _gqa_generic(q_new, k_new, v_new, k_cache, v_cache, *, head_of=None, scale=T
     seen_k, seen_v = (k_cache, v_cache) if attend_before_append else (keys, values)
     wide_k, wide_v = seen_k[:, index], seen_v[:, index]
     scores = q_new @ wide_k.transpose(-2, -1)
-    if scale:
+    if scale == "d_model":                     # num_heads * head_dim, the model's width
+        scores = scores / math.sqrt(h * q_new.shape[-1])
+    elif scale:
         scores = scores / math.sqrt(q_new.shape[-1])
     output = torch.softmax(scores, dim=-1) @ wide_v
     if expanded_cache:
@@ -170,6 +172,12 @@ mistakes.add("head index divided by num_kv_heads",
 mistakes.add("scores not scaled",
              "the scores were not divided by the square root of head_dim (the last axis of q_new).",
              _gqa_checked(scale=False))
+
+
+mistakes.add("scores scaled by the square root of d_model",
+             "the scores were divided by the square root of num_heads * head_dim (the model's width); each head "
+             "scales by the square root of its own size, head_dim (the last axis of q_new).",
+             _gqa_checked(scale="d_model"))
 
 
 mistakes.add("cache returned with one head per query head",

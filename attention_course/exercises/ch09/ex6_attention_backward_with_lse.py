@@ -14,14 +14,18 @@ are the gradients of the loss with respect to $O$ and to $L$. Return the tuple
 `(grad_queries, grad_keys, grad_values)`: the gradients of the loss with respect to the queries,
 keys and values, with the shapes and dtype of `queries`, `keys` and `values`. They must agree with
 the exact gradients to within 1e-4 relative and 1e-5 absolute, and stay finite in float32 when
-scores exceed 88, where `exp` of a score overflows (there, float32 rounding allows 1e-4 absolute).
+scores exceed 88, where `exp` of a score overflows. There float32 rounds a score $S$ by up to
+$|S| \cdot 2^{-24}$, which moves $e^{S - L}$ as much, relatively, so the absolute tolerance grows
+with the scores: 1e-4 or the largest |score| times $2^{-16}$ (about 1.5e-5), whichever is larger.
 
-Work tile by tile from the saved tensors, as the chapter's backward loop does: the whole
-`n_q × n_k` matrix (of scores, probabilities or their gradients) must never exist. Every tensor
-your function creates may hold at most `N × max(n_q, n_k) × max(block, d, d_v)` entries, where `N`
-is the product of the leading sizes: a block of `block` queries against all the keys is fine, and so
-is a block of `block` keys against all the queries. The check records the size of every tensor
-created while your function runs; a view (a slice, `expand`) counts by the memory under it. Raise
+What the check enforces is memory: every tensor your function creates may hold at most
+`N × max(n_q, n_k) × max(block, d, d_v)` entries, where `N` is the product of the leading sizes, so
+the whole `n_q × n_k` matrix (of scores, probabilities or their gradients) never exists. A block of
+`block` queries against all the keys is fine, and so is a block of `block` keys against all the
+queries. The check records the size of every tensor created while your function runs; a view (a
+slice, `expand`) counts by the memory under it. Our advice, which no check enforces: work tile by
+tile from the saved `output` and `lse`, as the chapter's backward loop does, rather than redo a
+forward pass for each block. Raise
 `ValueError` naming `block` when `block` is not a Python `int` of at least 1 (`2.0` and `True` are
 not).
 """
@@ -157,6 +161,7 @@ def _bad_block_calls(seed):
 
 
 _VALUES = Check("values", lambda seed: [], hint="")  # default tolerances, for compare_all only
+_BLOCK_ERROR = Check("block errors", lambda seed: [], hint="", must_mention=["block"])
 _ENTRIES = "largest_tensor_entries"
 
 
@@ -167,6 +172,35 @@ def _tile_budget(call):
     for size in queries.shape[:-2]:
         n *= size
     return n * max(queries.shape[-2], keys.shape[-2]) * max(call.args[-1], queries.shape[-1], values.shape[-1])
+
+
+def _close_for_the_score_size(got, want, calls):
+    """The default comparison, with an absolute tolerance of max(1e-4, max|S| 2^-16): float32 rounds a
+    score S by up to |S| 2^-24 and every order of the sums carries that into the gradients. The worst
+    correct answer measured (D from P * dP) needed 24 |S| 2^-23 over 150 seeds: a margin of 5."""
+    from ...checking import compare_outcome, compare_values
+    for i, (g, w, call) in enumerate(zip(got, want, calls)):
+        if g["status"] != "ok" or w["status"] != "ok":
+            reason = compare_outcome(g, w, _VALUES, call)
+        else:
+            q, k = call.args[0].double(), call.args[1].double()
+            top = float((q @ k.transpose(-2, -1)).abs().max()) / math.sqrt(q.shape[-1])
+            reason = compare_values(g["value"], w["value"], 1e-4, max(1e-4, top * 2.0 ** -16))
+        if reason:
+            return reason if len(calls) == 1 else f"call {i + 1} of {len(calls)}: {reason}"
+    return None
+
+
+def _raises_naming_block(got, want, calls):
+    """The first call is valid and must return (its values are the other checks' business, so that a
+    wrong value gets their hint, not this check's); every other call must raise ValueError naming block."""
+    from ...checking import compare_outcome
+    if got[0]["status"] != "ok":             # the valid call raised: say what, as the other checks do
+        return f"call 1 of {len(calls)} (block={calls[0].args[-1]!r}): " + compare_outcome(got[0], want[0], _VALUES)
+    for i, (g, w, call) in enumerate(zip(got, want, calls)):
+        if i and (reason := compare_outcome(g, w, _BLOCK_ERROR, call)):
+            return f"call {i + 1} of {len(calls)} (block={call.args[-1]!r}): {reason}"
+    return None
 
 
 def _without_extras(outcomes):
@@ -206,16 +240,18 @@ _HINT = ("compare each of grad_queries, grad_keys and grad_values with autograd 
 
 
 def _backward_variant(lse_sign=1.0, delta="output", probs="lse", scale_of="d", scale_grads=True,
-                      validate=True):
+                      validate=True, lse_times_p=True):
     """The reference's tile loop with one thing changed: grad_lse enters dS with lse_sign; D from
     the tile's P * dP (delta="tile"); probabilities exp(S) / exp(L) (probs="unshifted") or the
     tile's own softmax (probs="tile"); scores scaled by 1/sqrt(d_v) (scale_of="v"); dQ and dK
-    not multiplied by the scale (scale_grads=False); block not checked (validate=False)."""
+    not multiplied by the scale (scale_grads=False; "q only": dK not); block not checked
+    (validate=False); grad_lse added to dS outside the factor P (lse_times_p=False)."""
     def impl(queries, keys, values, output, lse, grad_output, grad_lse, block):
         if validate:
             _validate_block(block)
         scale = 1.0 / math.sqrt(values.shape[-1] if scale_of == "v" else queries.shape[-1])
         grad_scale = scale if scale_grads else 1.0
+        k_scale = 1.0 if scale_grads == "q only" else grad_scale
         d_q, d_k, d_v = torch.zeros_like(queries), torch.zeros_like(keys), torch.zeros_like(values)
         for k0 in range(0, keys.shape[-2], block):
             cols = slice(k0, k0 + block)
@@ -235,10 +271,11 @@ def _backward_variant(lse_sign=1.0, delta="output", probs="lse", scale_of="d", s
                     big_d = (p * d_p).sum(dim=-1, keepdim=True)
                 else:
                     big_d = (dob * output[..., rows, :]).sum(dim=-1, keepdim=True)
-                d_s = p * (d_p - big_d + lse_sign * grad_lse[..., rows, None])
+                lse_term = lse_sign * grad_lse[..., rows, None]
+                d_s = p * (d_p - big_d + lse_term) if lse_times_p else p * (d_p - big_d) + lse_term
                 d_v[..., cols, :] += p.transpose(-2, -1) @ dob
                 d_q[..., rows, :] += d_s @ kb * grad_scale
-                d_k[..., cols, :] += d_s.transpose(-2, -1) @ qb * grad_scale
+                d_k[..., cols, :] += d_s.transpose(-2, -1) @ qb * k_scale
         return d_q, d_k, d_v
     return impl
 
@@ -256,7 +293,8 @@ mistakes.add("grad_lse with the wrong sign",
 
 mistakes.add("D from the tile's own probabilities",
              "you computed D_i = sum_j P_ij dP_ij over the keys of one tile only; D_i sums over all the keys "
-             "of row i, which is why it is taken as grad_output_i . output_i, from the saved output.",
+             "of row i: take it as grad_output_i . output_i from the saved output, or sum P * dP over every "
+             "tile in a first pass.",
              _backward_variant(delta="tile"))
 
 mistakes.add("each tile's softmax taken as the probabilities",
@@ -273,6 +311,16 @@ mistakes.add("dQ and dK not scaled",
              "S = Q K^T / sqrt(d), so the gradients of Q and K each carry the factor 1 / sqrt(d) once more "
              "(dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d)); yours lack it.",
              _backward_variant(scale_grads=False))
+
+mistakes.add("grad_lse added to dS without the factor P",
+             "you added grad_lse[i] to every dS_ij as it is; dL_i/dS_ij is P_ij, so the log-sum-exp's term is "
+             "grad_lse[i] * P_ij, inside the factor P: dS = P * (dP - D + grad_lse).",
+             _backward_variant(lse_times_p=False))
+
+mistakes.add("dK not scaled",
+             "your dQ carries the factor 1 / sqrt(d) but your dK does not: S = Q K^T / sqrt(d) holds K as "
+             "it holds Q, so dK = dS^T Q / sqrt(d) just as dQ = dS K / sqrt(d).",
+             _backward_variant(scale_grads="q only"))
 
 mistakes.add("scores scaled by the square root of d_v",
              "you divided the scores by the square root of the values' size d_v; the scale is the square root "
@@ -383,6 +431,38 @@ alternatives.add("the package's tiled backward plus the log-sum-exp term",
                  "grad_lse", _alt_library_plus_lse_term)
 
 
+def _alt_first_pass_for_d(queries, keys, values, output, lse, grad_output, grad_lse, block):
+    # D_i = sum_j P_ij dP_ij, the definition, summed over all the keys in a first pass (output unused);
+    # dK and dV are built transposed, (..., d, n_k), and returned as transposed views.
+    if type(block) is not int or block < 1:
+        raise ValueError(f"expected block to be an int >= 1, received {block!r}")
+    inv_root, n_q, n_k = queries.shape[-1] ** -0.5, queries.shape[-2], keys.shape[-2]
+    tiles = [((a, a + block), (c, c + block)) for a in range(0, n_q, block) for c in range(0, n_k, block)]
+
+    def tile(a, b, c, e):
+        p = torch.exp(torch.matmul(queries[..., a:b, :], keys[..., c:e, :].mT) * inv_root - lse[..., a:b, None])
+        return p, torch.matmul(grad_output[..., a:b, :], values[..., c:e, :].mT)
+
+    row_sum = torch.zeros_like(lse)
+    for (a, b), (c, e) in tiles:
+        p, d_p = tile(a, b, c, e)
+        row_sum[..., a:b] += (p * d_p).sum(-1)
+    shift = (row_sum - grad_lse)[..., None]
+    d_q = torch.zeros_like(queries)
+    d_k_t, d_v_t = (t.new_zeros(*t.shape[:-2], t.shape[-1], n_k) for t in (keys, values))
+    for (a, b), (c, e) in tiles:
+        p, d_p = tile(a, b, c, e)
+        d_s = p * (d_p - shift[..., a:b, :])
+        d_q[..., a:b, :] += torch.matmul(d_s, keys[..., c:e, :]) * inv_root
+        d_k_t[..., c:e] += torch.matmul(queries[..., a:b, :].mT, d_s) * inv_root
+        d_v_t[..., c:e] += torch.matmul(grad_output[..., a:b, :].mT, p)
+    return d_q, d_k_t.mT, d_v_t.mT
+
+
+alternatives.add("D from a first pass over the tiles", "D summed as P * dP over all the keys in a first pass, "
+                 "dK and dV accumulated transposed and returned as views", _alt_first_pass_for_d)
+
+
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
@@ -393,7 +473,8 @@ register(Exercise(
               _zero_grad_lse_calls, hint=_HINT),
         Check("grad_lse nonzero: leading axes (2, 3), (3,) and none, blocks that do not divide the tokens",
               _grad_lse_calls, seed=1, hint=_HINT),
-        Check("scores above 88 in float32 (exp of a score overflows)", _sharp_calls, seed=2, atol=1e-4,
+        Check("scores above 88 in float32 (exp of a score overflows)", _sharp_calls, seed=2,
+              compare=_close_for_the_score_size,
               hint="these scores exceed 88; every result must be finite and match the float64 gradients. "
                    + _HINT),
         Check("float64; block 1 and a block wider than all the tokens", _extreme_block_calls, seed=3, hint=_HINT),
@@ -404,9 +485,10 @@ register(Exercise(
                    "N x max(n_q, n_k) x max(block, d, d_v) entries, which a block of rows or columns of the "
                    "score matrix respects and the whole matrix does not."),
         Check("block 0, 2.0 or True raises ValueError naming block", _bad_block_calls, seed=5,
-              must_mention=["block"], weight=ERROR_WEIGHT,
-              hint="check that block is an int (not a bool) of at least 1 before the loops, and name block "
-                   "in the message."),
+              must_mention=["block"], weight=ERROR_WEIGHT, compare=_raises_naming_block,
+              hint="this check compares no values: block=2 must return, and block 0, 2.0 or True must raise "
+                   "ValueError whose message names block. Check that block is an int (not a bool) of at least 1 "
+                   "before the loops."),
         Check("random sizes, leading axes, dtypes and blocks (hidden)", _hidden_calls, public=False, hint=_HINT),
         Check("tile by tile at random sizes (hidden)", _hidden_tile_calls, public=False,
               compare=_within_the_tile_budget,
