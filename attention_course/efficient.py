@@ -423,7 +423,28 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
 
 
-class PreallocatedKVCache:
+class _SlotsKVCache:
+    """Keys and values in ``slots`` positions per layer, allocated once; what the two caches
+    below share. ``lengths[layer]`` counts the tokens a layer has seen."""
+
+    def __init__(self, num_layers: int, batch: int, num_heads: int, slots: int, head_dim: int,
+                 dtype: torch.dtype):
+        shape = (batch, num_heads, slots, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+        self.lengths = [0] * num_layers
+
+    def __len__(self) -> int:
+        return self.lengths[0]
+
+    def seen(self, layer: int) -> int:
+        return self.lengths[layer]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+class PreallocatedKVCache(_SlotsKVCache):
     """The same cache with its memory reserved up front.
 
     Each layer's keys and values are allocated once as ``(batch, num_heads, max_len,
@@ -436,17 +457,8 @@ class PreallocatedKVCache:
 
     def __init__(self, num_layers: int, batch: int, num_heads: int, max_len: int, head_dim: int,
                  dtype: torch.dtype = torch.float32):
-        shape = (batch, num_heads, max_len, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
-        self.lengths = [0] * num_layers
+        super().__init__(num_layers, batch, num_heads, max_len, head_dim, dtype)
         self.max_len = max_len
-
-    def __len__(self) -> int:
-        return self.lengths[0]
-
-    def seen(self, layer: int) -> int:
-        return self.lengths[layer]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple:
         start, stop = self.lengths[layer], self.lengths[layer] + k.shape[2]
@@ -457,11 +469,8 @@ class PreallocatedKVCache:
         self.lengths[layer] = stop
         return self.keys[layer][:, :, :stop], self.values[layer][:, :, :stop]
 
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
-
-class SlidingWindowKVCache:
+class SlidingWindowKVCache(_SlotsKVCache):
     """A ring buffer of the last ``window`` tokens' keys and values per layer.
 
     Token ``p`` goes to slot ``p % window``, overwriting token ``p - window``, which no
@@ -477,17 +486,8 @@ class SlidingWindowKVCache:
                  dtype: torch.dtype = torch.float32):
         if window < 1:
             raise ValueError(f"window must be at least 1, got window={window}")
-        shape = (batch, num_heads, window, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
-        self.lengths = [0] * num_layers
+        super().__init__(num_layers, batch, num_heads, window, head_dim, dtype)
         self.window = window
-
-    def __len__(self) -> int:
-        return self.lengths[0]
-
-    def seen(self, layer: int) -> int:
-        return self.lengths[layer]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple:
         n_past, n_new, w = self.lengths[layer], k.shape[2], self.window
@@ -503,9 +503,6 @@ class SlidingWindowKVCache:
             return k, v
         filled = min(n_past + 1, w)
         return self.keys[layer][:, :, :filled], self.values[layer][:, :, :filled]
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
 
 def sliding_window_mask(num_tokens: int, window: Optional[int]) -> torch.Tensor:

@@ -62,12 +62,9 @@ def _code(label: str, mistake_name: str) -> str:
     return source
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    if sys.platform != "linux":
-        pytest.skip("the grader's sandbox needs Linux")
-    base = tmp_path_factory.mktemp("items")
-    folder, out = base / "class", base / "out"
+def write_class(folder: Path) -> None:
+    """The synthetic class as notebooks in ``folder``: one per student of CLASS (the reference
+    notebook with the named answers swapped in), and the untouched student notebook as ``stub``."""
     folder.mkdir()
     solution = json.loads(SOLUTION_1.read_text(encoding="utf-8"))
     for student, answers in CLASS.items():
@@ -76,6 +73,15 @@ def graded(tmp_path_factory):
             nb = with_exercise_code(nb, label, _code(label, name))
         (folder / f"{student}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     (folder / "stub.ipynb").write_text(STUDENT_1.read_text(encoding="utf-8"), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    if sys.platform != "linux":
+        pytest.skip("the grader's sandbox needs Linux")
+    base = tmp_path_factory.mktemp("items")
+    folder, out = base / "class", base / "out"
+    write_class(folder)
     subs = [Submission(p.stem, p) for p in sorted(folder.glob("*.ipynb"))]
     run = run_grading(subs, 1, seed=2323, time_limit=10, memory_mb=400, jobs=2)
     summary = write_class_reports(run.results, run.plan, out, run.log)

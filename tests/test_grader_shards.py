@@ -20,8 +20,7 @@ import pytest
 
 from attention_course.cli import main
 from attention_course.grading.shards import ShardError, merge_shards, parse_shard, shard_positions
-from attention_course.notebook import with_exercise_code
-from test_grader_items import CLASS, SOLUTION_1, STUDENT_1, _code
+from test_grader_items import CLASS, SOLUTION_1, STUDENT_1, write_class
 
 SEED, SHARDS = 2323, 3
 LIMITS = ["--time-limit", "10", "--memory-limit", "400", "--jobs", "2"]
@@ -33,14 +32,8 @@ def runs(tmp_path_factory):
         pytest.skip("the grader's sandbox needs Linux")
     base = tmp_path_factory.mktemp("shards")
     folder = base / "class"
-    folder.mkdir()
+    write_class(folder)
     solution = json.loads(SOLUTION_1.read_text(encoding="utf-8"))
-    for student, answers in CLASS.items():
-        nb = solution
-        for label, name in answers.items():
-            nb = with_exercise_code(nb, label, _code(label, name))
-        (folder / f"{student}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-    (folder / "stub.ipynb").write_text(STUDENT_1.read_text(encoding="utf-8"), encoding="utf-8")
     (folder / "dup.ipynb").write_text(json.dumps(solution), encoding="utf-8")
     (folder / "dup").mkdir()
     (folder / "dup" / "mine.ipynb").write_text(STUDENT_1.read_text(encoding="utf-8"), encoding="utf-8")
