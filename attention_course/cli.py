@@ -271,6 +271,32 @@ def _class_outputs(args, results, plan, out: Path, log: list) -> int:
     return 0
 
 
+def _similarity(args) -> int:
+    """Write the similarity report of a class: pairs of exercise cells worth a look (never a verdict)."""
+    from .grading.grader import discover
+    from .grading.similarity import DEFAULT_THRESHOLD, compare_class, write_similarity
+    from .notebook import printable
+
+    target = Path(args.target)
+    if not target.is_dir():
+        print(f"attention-course similarity: {target} is not a folder of submissions", file=sys.stderr)
+        return 2
+    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+    try:
+        submissions, _ = discover(target)
+        report = compare_class(submissions, args.chapter, threshold=threshold)
+    except ValueError as error:
+        print(printable(f"attention-course similarity: {error}"), file=sys.stderr)
+        return 2
+    out = Path(args.out or f"similarity-ch{args.chapter:02d}")
+    paths = write_similarity(report, out)
+    flagged = report.flagged()
+    print(f"{len(submissions)} submissions, {len(flagged)} pair(s) at or above {threshold:.0%} similarity "
+          f"(worth a look, not proof of copying); {len(report.skipped)} cell(s) or notebook(s) not compared")
+    print(f"wrote {paths['html']} and {paths['csv']}")
+    return 0
+
+
 def _merge(args) -> int:
     """Join the records of ``grade --shard`` into the class files of one single run."""
     from .grading.extra import ExtraChecksError
@@ -477,6 +503,16 @@ def main(argv=None) -> int:
     mrg.add_argument("--canvas-roster", metavar="FILE", help="also write canvas.csv (as `grade --canvas-roster`)")
     mrg.add_argument("--canvas-assignment", metavar="NAME", help="canvas.csv's assignment column (as `grade`)")
     mrg.set_defaults(func=_merge)
+
+    sim = sub.add_parser("similarity", help="instructors: pairs of submissions whose exercise cells are unusually "
+                                           "similar (a reason to look, not a verdict)")
+    sim.add_argument("target", help="a folder of submissions (alice.ipynb, or bob/<one>.ipynb)")
+    sim.add_argument("--chapter", type=int, required=True)
+    sim.add_argument("--out", help="output folder of similarity.html and similarity.csv (default: similarity-chNN)")
+    sim.add_argument("--threshold", type=float, default=None,
+                     help="list a pair when each cell shares at least this share of its code with the other "
+                          "(default 0.6)")
+    sim.set_defaults(func=_similarity)
 
     gsc = sub.add_parser("gradescope", help="build a Gradescope autograder zip for a chapter")
     gsc.add_argument("--chapter", type=int, required=True)

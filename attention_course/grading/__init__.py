@@ -1,4 +1,4 @@
-"""The class grader: ``attention-course grade`` and ``attention-course gradescope``.
+"""The class grader: ``attention-course grade``, ``gradescope`` and ``similarity``.
 
 One module per concern:
 
@@ -12,6 +12,7 @@ One module per concern:
 * :mod:`.lms`         – canvas.csv, Canvas's gradebook import (``--canvas-roster``)
 * :mod:`.shards`      – ``grade --shard I/N``, ``merge`` and ``grade --regrade``: per-student records (JSON Lines)
 * :mod:`.synthetic`   – a kept mistake as a stand-alone exercise cell (synthetic classes: tests, bench)
+* :mod:`.similarity`  – ``attention-course similarity``: pairs of exercise cells worth a look (copydetect; read, never run)
 * :mod:`.gradescope`  – the Gradescope autograder zip and its ``run_autograder``
 
 Trusted and untrusted code never share a process: the student's cells run only in a
