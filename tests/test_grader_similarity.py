@@ -74,11 +74,11 @@ def class_report(tmp_path_factory):
     report = compare_class(submissions, 1)
     out = tmp_path_factory.mktemp("similarity-out")
     paths = write_similarity(report, out)
-    return report, answers, paths
+    return report, answers, paths, folder
 
 
 def test_ch01_ex3_renamed_reordered_copy_is_flagged_first(class_report):
-    report, _, _ = class_report
+    report, *_ = class_report
     flagged = report.flagged(LABEL)
     assert flagged, "the copy was not flagged"
     top = flagged[0]
@@ -87,7 +87,7 @@ def test_ch01_ex3_renamed_reordered_copy_is_flagged_first(class_report):
 
 
 def test_ch01_ex3_independent_alternatives_are_not_flagged(class_report):
-    report, answers, _ = class_report
+    report, answers, *_ = class_report
     independent = {name for name in answers if name.startswith("alt")} | {"ana"}  # ana's is the reference
     both = [p for p in report.pairs if p.label == LABEL and {p.student_a, p.student_b} <= independent]
     assert len(both) >= 1  # they were compared (they do share some code)...
@@ -98,7 +98,7 @@ def test_ch01_ex3_independent_alternatives_are_not_flagged(class_report):
 
 
 def test_ch01_stub_and_untouched_exercises_are_not_compared(class_report):
-    report, answers, _ = class_report
+    report, answers, *_ = class_report
     assert set(report.cells[LABEL]) == set(answers)  # not "stub", not "broken"
     assert set(report.cells[HOSTILE_LABEL]) == {"mallory", "trent"}
     for label, cells in report.cells.items():
@@ -108,7 +108,7 @@ def test_ch01_stub_and_untouched_exercises_are_not_compared(class_report):
 
 
 def test_ch01_report_escapes_hostile_code_and_says_worth_a_look(class_report):
-    report, _, paths = class_report
+    report, _, paths, _ = class_report
     text = paths["html"].read_text(encoding="utf-8")
     assert "<script" not in text and "</td><script" not in text
     assert "&lt;/td&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in text  # mallory's cell, shown escaped
@@ -140,3 +140,13 @@ def test_ch03_ex3_the_stubs_own_code_is_not_counted(tmp_path):
     assert set(report.cells["ch03_ex3"]) == {"cat", "dan"}
     assert report.boilerplate["ch03_ex3"]
     assert report.flagged() == []
+
+
+def test_ch01_similarity_command(class_report, tmp_path, capsys):
+    from attention_course.cli import main
+    folder = class_report[3]
+    assert main(["similarity", str(folder), "--chapter", "1", "--out", str(tmp_path / "out")]) == 0
+    assert "2 pair(s) at or above 60% similarity (worth a look, not proof of copying)" in capsys.readouterr().out
+    assert (tmp_path / "out" / "similarity.html").is_file() and (tmp_path / "out" / "similarity.csv").is_file()
+    assert main(["similarity", str(folder), "--chapter", "1", "--threshold", "1.5"]) == 2
+    assert "similarity threshold must be in (0, 1], got 1.5" in capsys.readouterr().err
