@@ -175,6 +175,10 @@ def test_a_name_or_message_cannot_forge_a_log_line_or_reach_the_terminal_raw(san
     from attention_course.grading.reports import feedback_markdown, feedback_text
     for text in (feedback_markdown(run.results[0], run.plan), feedback_text(run.results[0], run.plan)):
         assert "\x1b" not in text and "\x07" not in text
+    from attention_course.grading.reports import write_csv
+    write_csv(run.results, run.plan, tmp_path / "grades.csv")      # every class CSV goes through csv_safe
+    gradebook = (tmp_path / "grades.csv").read_text(encoding="utf-8")
+    assert "\x1b" not in gradebook and "\x07" not in gradebook and "boom" in gradebook
 
 
 # ------------------------------------------------------------------ no sockets, no processes

@@ -98,9 +98,11 @@ def csv_safe(text: str) -> str:
     starts with ``=``; as OWASP recommends against CSV injection, a cell that starts
     with ``= + - @``, a tab or a carriage return gets a leading single quote.
     :func:`write_csv` also puts every text cell in double quotes (a quote inside is
-    doubled), so a separator or a line break in it cannot start another cell.
+    doubled), so a separator or a line break in it cannot start another cell. Control
+    characters are escaped (:func:`printable`), so that a message from a submission cannot
+    send a terminal escape to whoever prints the file.
     """
-    text = str(text)
+    text = printable(text, newlines=True)
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
