@@ -98,11 +98,12 @@ def csv_safe(text: str) -> str:
     starts with ``=``; as OWASP recommends against CSV injection, a cell that starts
     with ``= + - @``, a tab or a carriage return gets a leading single quote.
     :func:`write_csv` also puts every text cell in double quotes (a quote inside is
-    doubled), so a separator or a line break in it cannot start another cell. Control
-    characters are escaped (:func:`printable`), so that a message from a submission cannot
-    send a terminal escape to whoever prints the file.
+    doubled), so a separator or a line break in it cannot start another cell. Every other
+    control character is escaped (:func:`printable`), so that a message from a submission
+    cannot send a terminal escape to whoever prints the file; line breaks and tabs stay, since
+    the quotes already make them harmless and multi-line feedback keeps its lines.
     """
-    text = printable(text, newlines=True)
+    text = "\r".join(printable(part, newlines=True) for part in str(text).split("\r"))
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
