@@ -318,7 +318,7 @@ def lists(args) -> tuple:
     max_len = max(128, max(map(len, sources)) + 1, int(train.tgt_in.shape[1]) + 1)
     curves, grid_rows, runs = [], [], []
     for seed in args.seeds:
-        for name in ("transformer", "bahdanau"):
+        for name in args.lists_models:
             torch.manual_seed(seed)
             if name == "transformer":
                 model = tf.build_transformer(tgt_vocab=tr.LIST_TARGET_VOCAB, max_len=max_len, **TRANSFORMER)
@@ -439,6 +439,8 @@ def main() -> int:
     parser.add_argument("--lists-eval-every", type=int, default=200)
     parser.add_argument("--lists-val", type=int, default=200, help="validation sources, half with filler")
     parser.add_argument("--lists-grid-at", type=int, nargs="+", default=[800, 1600, 2400])
+    parser.add_argument("--lists-models", nargs="+", choices=["transformer", "bahdanau"],
+                        default=["transformer", "bahdanau"], help="which models the list task trains (in this order)")
     parser.add_argument("--lists-grid-size", type=int, default=100, help="sources per grid cell")
     parser.add_argument("--speed-lengths", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
     parser.add_argument("--speed-batch", type=int, default=32)
