@@ -434,7 +434,7 @@ def train_scheduled(model: nn.Module, train: Batches, *, val: Optional[Batches] 
                     max_steps: Optional[int] = None, max_seconds: Optional[float] = None,
                     batch_size: int = 32, lr: float = 3e-3, warmup: int = 100, decay: bool = True,
                     clip: float = 1.0, eval_every: int = 100, seed: int = 0, progress: str = "none",
-                    file=None, evaluate=None) -> list:
+                    file=None, evaluate=None, label_smoothing: float = 0.0) -> list:
     """Chapter 7's training recipe with a learning-rate schedule, for any model with the
     ``Seq2Seq`` interface (the Transformer and the Bahdanau model alike).
 
@@ -449,6 +449,7 @@ def train_scheduled(model: nn.Module, train: Batches, *, val: Optional[Batches] 
     ``"lines"`` prints one line per evaluation, ``"none"`` nothing. ``evaluate``, if given, is
     called as ``evaluate(model, step)`` at every evaluation (its time not counted) and the dict
     it returns is merged into that entry of the history, as in Chapter 7's ``train_model``.
+    ``label_smoothing`` goes to the cross-entropy (the recorded loss then includes it).
     """
     if max_steps is None and max_seconds is None:
         raise ValueError("give a budget: max_steps or max_seconds")
@@ -486,7 +487,7 @@ def train_scheduled(model: nn.Module, train: Batches, *, val: Optional[Batches] 
         cursor += 1
         logits, _ = model(src, src_lens, tgt_in)
         loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                                           ignore_index=Vocab.pad)
+                                           ignore_index=Vocab.pad, label_smoothing=label_smoothing)
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip)

@@ -53,6 +53,13 @@ took 41 minutes of wall time for both models (training 975 s and 1 126 s, the re
 the Transformer's greedy decoding above all), and the shipped CSVs hold seed 0 only: the run was
 stopped there for lack of time. Longer training: ``--lists-steps 4800 --lists-grid-at 1600 3200 4800``.
 
+``search``: the same small hyperparameter search for both models: peak learning rate 1e-3, 3e-3,
+1e-2 by batch 32 and 128, every run on the same number of training pairs (``--search-pairs``),
+warm-up and cosine as in the race; ``ch08_search.csv``.
+
+``recipe``: the paper's dropout (0.1) and label smoothing (0.1), each alone and both, on the race's
+Transformer with its settings and step budget; ``ch08_recipe.csv``.
+
 ``speed``: the cost of one training step (forward, backward, Adam; batch ``--speed-batch``) of
 both models against the length of random sources and targets (``--speed-lengths``), the two
 models alternating within one run so that their ratio is measured under the same load; median of
@@ -173,6 +180,67 @@ def race(args, data, by_time: bool) -> dict:
     budget = f"{args.seconds:.0f} s of training" if by_time else "the step budgets of SETTINGS"
     print(f"(mean over seeds {args.seeds}, range in brackets; budget {budget} each)")
     return {"curves": curves, "summary": summary, "shipped": shipped}
+
+
+SEARCH_LRS = [1e-3, 3e-3, 1e-2]
+SEARCH_BATCHES = [32, 128]
+
+
+def search(args, data) -> list:
+    """The same small search for both models: peak learning rate ``SEARCH_LRS`` by batch size
+    ``SEARCH_BATCHES``, each run on the same number of training pairs (``--search-pairs``, so a
+    batch of 128 takes a quarter of the steps of a batch of 32), with the race's recipe (100-step
+    warm-up, cosine to 0 over the run, clipping 1). The validation exact match is read at four
+    equal shares of the run; the training time is recorded too."""
+    rows = []
+    for seed in args.seeds:
+        for name in ("transformer", "bahdanau"):
+            for batch_size in SEARCH_BATCHES:
+                steps = args.search_pairs // batch_size
+                for lr in SEARCH_LRS:
+                    model = build(name, seed)
+                    history = tf.train_scheduled(model, data["train"], val=data["val"], max_steps=steps,
+                                                 batch_size=batch_size, lr=lr, warmup=100,
+                                                 eval_every=steps // 4, seed=seed)
+                    rows += [{"seed": seed, "model": name, "batch_size": batch_size, "lr": lr, "step": h["step"],
+                              "pairs": h["step"] * batch_size, "seconds": round(h["seconds"], 1),
+                              "val_acc": round(h["val_acc"], 4)} for h in history]
+                    print(f"  seed {seed} {name:11s} batch {batch_size:3d} lr {lr:.0e}: val exact match "
+                          + " ".join(f"{100 * h['val_acc']:.1f}" for h in history)
+                          + f" %, {history[-1]['seconds']:.0f} s  (load {load()})", flush=True)
+                    if args.save:
+                        write_csv(args.out / "ch08_search.csv", rows)
+    return rows
+
+
+RECIPE = (("none (the chapter's)", 0.0, 0.0), ("dropout 0.1", 0.1, 0.0), ("label smoothing 0.1", 0.0, 0.1),
+          ("both", 0.1, 0.1))
+
+
+def recipe(args, data) -> list:
+    """The paper's regularisers measured on this task: the race's Transformer (``SETTINGS``, its
+    step budget) trained with dropout 0.1, label smoothing 0.1, both, and neither; validation
+    exact match every ``eval_every`` steps and test exact match at the end."""
+    rows = []
+    settings = SETTINGS["transformer"]
+    for seed in args.seeds:
+        for variant, dropout, smoothing in RECIPE:
+            torch.manual_seed(seed)
+            model = tf.build_transformer(**TRANSFORMER, dropout=dropout)
+            history = tf.train_scheduled(model, data["train"], val=data["val"], max_steps=settings["steps"],
+                                         batch_size=settings["batch_size"], lr=settings["lr"], warmup=100,
+                                         eval_every=settings["eval_every"], seed=seed, label_smoothing=smoothing)
+            test = tr.exact_match(model, data["test"]).float().mean().item()
+            rows += [{"seed": seed, "variant": variant, "dropout": dropout, "label_smoothing": smoothing,
+                      "step": h["step"], "seconds": round(h["seconds"], 1), "val_acc": round(h["val_acc"], 4),
+                      "test_exact_match": round(test, 4) if h is history[-1] else ""} for h in history]
+            reached = next((h["step"] for h in history if h["val_acc"] >= TARGET), "never")
+            print(f"  seed {seed} {variant:22s}: 95 % at step {reached}, best val "
+                  f"{100 * max(h['val_acc'] for h in history):.1f} %, test {100 * test:.2f} %  (load {load()})",
+                  flush=True)
+            if args.save:
+                write_csv(args.out / "ch08_recipe.csv", rows)
+    return rows
 
 
 def block_grad_norms(model, batch) -> list:
@@ -420,7 +488,8 @@ def speed(args) -> list:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", nargs="+", default=["clock"], choices=["clock", "race", "norm", "init", "info", "lists", "speed"])
+    parser.add_argument("--part", nargs="+", default=["clock"], choices=["clock", "race", "norm", "init", "info", "lists", "speed",
+                                                                   "search", "recipe"])
     parser.add_argument("--seconds", type=float, default=60.0, help="training time per race run")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -434,6 +503,7 @@ def main() -> int:
     parser.add_argument("--info-batch", type=int, default=64)
     parser.add_argument("--info-train", type=int, default=40000)
     parser.add_argument("--info-test-size", type=int, default=200)
+    parser.add_argument("--search-pairs", type=int, default=102400, help="training pairs per search run")
     parser.add_argument("--lists-steps", type=int, default=2400)
     parser.add_argument("--lists-batch", type=int, default=64)
     parser.add_argument("--lists-eval-every", type=int, default=200)
@@ -489,6 +559,16 @@ def main() -> int:
         notes.append(f"init: {args.init_steps} steps")
         if args.save:
             write_csv(out / "ch08_init.csv", rows)
+    if "search" in args.part:
+        print(f"\nsearch: both models, peak learning rates {SEARCH_LRS} by batch sizes {SEARCH_BATCHES}, "
+              f"{args.search_pairs} training pairs per run")
+        search(args, data)
+        notes.append(f"search: {args.search_pairs} pairs per run, seeds {args.seeds}, threads {args.threads}, "
+                     f"load average at the end {load()}")
+    if "recipe" in args.part:
+        print(f"\nrecipe: the Transformer with dropout and label smoothing, {SETTINGS['transformer']}")
+        recipe(args, data)
+        notes.append(f"recipe: seeds {args.seeds}, threads {args.threads}, load average at the end {load()}")
     if "info" in args.part:
         print(f"\ninfo: the list task, {args.info_steps} steps of {args.info_batch}")
         rows = information(args)

@@ -62,13 +62,14 @@ def _code(label: str, mistake_name: str) -> str:
     return source
 
 
-def write_class(folder: Path) -> None:
-    """The synthetic class as notebooks in ``folder``: one per student of CLASS (the reference
-    notebook with the named answers swapped in), and the untouched student notebook as ``stub``."""
+def write_class(folder: Path, students=None) -> None:
+    """The synthetic class as notebooks in ``folder``: one per student of CLASS (or of those
+    ``students`` of it), the reference notebook with the named answers swapped in, and the
+    untouched student notebook as ``stub``."""
     folder.mkdir()
     solution = json.loads(SOLUTION_1.read_text(encoding="utf-8"))
-    for student, answers in CLASS.items():
-        nb = solution
+    for student in students or CLASS:
+        answers, nb = CLASS[student], solution
         for label, name in answers.items():
             nb = with_exercise_code(nb, label, _code(label, name))
         (folder / f"{student}.ipynb").write_text(json.dumps(nb), encoding="utf-8")

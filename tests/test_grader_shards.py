@@ -2,8 +2,9 @@
 write the same class files as one ``grade`` of the whole class, byte for byte (grading.log
 aside: it holds timings and start times).
 
-The class is the synthetic chapter-1 class of tests/test_grader_items.py (references, kept
-mistakes, an odd answer, the stub), plus a duplicate name (``dup.ipynb`` and ``dup/``, which
+The class is part of the synthetic chapter-1 class of tests/test_grader_items.py (a reference,
+kept mistakes, an odd answer, the stub: five of its students, since every submission is graded
+twice here), plus a duplicate name (``dup.ipynb`` and ``dup/``, which
 discover() names dup and dup~2) and an unreadable notebook, so that every kind of record is
 carried through a shard file. Then ``grade --regrade`` of the whole run's folder grades again
 only what changed (or what ``--only`` names), with the same seeds.
@@ -20,9 +21,10 @@ import pytest
 
 from attention_course.cli import main
 from attention_course.grading.shards import ShardError, merge_shards, parse_shard, shard_positions
-from test_grader_items import CLASS, SOLUTION_1, STUDENT_1, write_class
+from test_grader_items import SOLUTION_1, STUDENT_1, write_class
 
-SEED, SHARDS = 2323, 3
+SEED, SHARDS = 2323, 2
+STUDENTS = ["ref1", "m1", "m5", "m6", "odd"]   # a reference, three kinds of mistake, an odd answer
 LIMITS = ["--time-limit", "10", "--memory-limit", "400", "--jobs", "2"]
 
 
@@ -32,7 +34,7 @@ def runs(tmp_path_factory):
         pytest.skip("the grader's sandbox needs Linux")
     base = tmp_path_factory.mktemp("shards")
     folder = base / "class"
-    write_class(folder)
+    write_class(folder, STUDENTS)
     solution = json.loads(SOLUTION_1.read_text(encoding="utf-8"))
     (folder / "dup.ipynb").write_text(json.dumps(solution), encoding="utf-8")
     (folder / "dup").mkdir()
@@ -53,14 +55,14 @@ def _files(folder: Path) -> dict:
 def test_sharded_and_merged_class_files_equal_a_single_run_byte_for_byte(runs):
     whole, merged = _files(runs / "whole"), _files(runs / "merged")
     assert sorted(whole) == sorted(merged)
-    assert len([n for n in whole if n.startswith("feedback/")]) == len(CLASS) + 4  # stub, dup, dup~2, broken
+    assert len([n for n in whole if n.startswith("feedback/")]) == len(STUDENTS) + 4  # stub, dup, dup~2, broken
     differ = [name for name in whole if whole[name] != merged[name]]
     # grading.log: start time, seconds; record.jsonl: timings. Everything else is equal, PNGs included.
     assert differ == ["grading.log", "record.jsonl"]
     whole_log = whole["grading.log"].decode().splitlines()
     merged_log = merged["grading.log"].decode().splitlines()
     students = [line for line in whole_log if " (hidden inputs: seed " in line]
-    assert len(students) == len(CLASS) + 3  # the unreadable notebook has no seed
+    assert len(students) == len(STUDENTS) + 3  # the unreadable notebook has no seed
     assert [line for line in merged_log if " (hidden inputs: seed " in line] == students  # same seeds, same order
     assert any(line.startswith(f"merged from {SHARDS} shard(s): 0/{SHARDS} (5 submissions") for line in merged_log)
 
@@ -105,8 +107,8 @@ def _header(change):
 
 def test_merge_refuses_a_missing_or_doubled_shard(runs, tmp_path):
     shards = _copy_shards(runs, tmp_path)
-    with pytest.raises(ShardError, match=f"missing shard\\(s\\) 2/{SHARDS}"):
-        merge_shards([shards / f"shard-0-of-{SHARDS}.jsonl", shards / f"shard-1-of-{SHARDS}.jsonl"])
+    with pytest.raises(ShardError, match=f"missing shard\\(s\\) 1/{SHARDS}"):
+        merge_shards([shards / f"shard-0-of-{SHARDS}.jsonl"])
     twin = tmp_path / "twin"
     twin.mkdir()
     shutil.copy(shards / f"shard-1-of-{SHARDS}.jsonl", twin / f"shard-1-of-{SHARDS}.jsonl")
@@ -122,8 +124,8 @@ def test_merge_refuses_a_missing_or_doubled_shard(runs, tmp_path):
 ])
 def test_merge_refuses_shards_of_different_runs(runs, tmp_path, key, value, words):
     shards = _copy_shards(runs, tmp_path)
-    _edit(shards / f"shard-2-of-{SHARDS}.jsonl", _header(lambda h: h.__setitem__(key, value)))
-    with pytest.raises(ShardError, match=f"shard 2/{SHARDS} .* differ in their {words}"):
+    _edit(shards / f"shard-1-of-{SHARDS}.jsonl", _header(lambda h: h.__setitem__(key, value)))
+    with pytest.raises(ShardError, match=f"shard 1/{SHARDS} .* differ in their {words}"):
         merge_shards([shards])
 
 
@@ -205,8 +207,8 @@ def test_regrade_grades_only_the_changed_and_named_submissions_with_the_same_see
     capsys.readouterr()
     assert main(["grade", str(folder), "--chapter", "1", "--regrade", str(earlier), "--only", "ref1"] + LIMITS) == 0
     printed = capsys.readouterr().out
-    # m6 changed, late is new, ref1 is named: 3 graded again, the other 10 kept (broken too: unchanged)
-    assert f"regraded 3 of {len(CLASS) + 4} submissions" in printed and "10 unchanged kept" in printed, printed
+    # m6 changed, late is new, ref1 is named: 3 graded again, the other 6 kept (broken too: unchanged)
+    assert f"regraded 3 of {len(STUDENTS) + 4} submissions" in printed and "6 unchanged kept" in printed, printed
     after = _grades(earlier)
     assert after["m6"]["total"] == after["m6"]["max_total"] and after["late"]["total"] == "0"
     assert "odd" not in after and set(after) == set(before) - {"odd"} | {"late"}

@@ -441,7 +441,8 @@ def test_ch09_ex6_first_pass_d_passes():
 
 def test_ch09_ex6_scores_above_88_tolerance_has_a_margin_of_3_and_still_fails_every_wrong_value():
     # The tolerance grows with the largest score: max(1e-4, max|S| 2^-16) absolute, 1e-4 relative.
-    # Every correct order of the sums stays 3 times inside it over 60 seeds; every wrong value fails.
+    # Every correct order of the sums stays 3 times inside it over 20 seeds (the worst of 150 seeds,
+    # measured once, was 1/5.3 of it); every wrong value fails at every seed.
     exercise = get_exercise("ch09_ex6")
     sharp = check_named("ch09_ex6", "scores above 88")
     index = exercise.checks.index(sharp)
@@ -449,7 +450,7 @@ def test_ch09_ex6_scores_above_88_tolerance_has_a_margin_of_3_and_still_fails_ev
     wrong = [lambda *a, sw=sw: _student_backward(*a, **sw) for sw in _WRONG_VALUES + [dict(probs="divide")]]
     torch.set_num_threads(1)
     worst = 0.0
-    for seed in [sharp.seed] + [hidden_seed(s, index) for s in range(60)]:
+    for seed in [sharp.seed] + [hidden_seed(s, index) for s in range(20)]:
         calls = sharp.make_calls(seed)
         for call in calls:
             q, k = call.args[0].double(), call.args[1].double()
