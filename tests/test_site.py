@@ -165,8 +165,9 @@ def test_student_edition_has_no_solution_toggle(browser, sites, output_dir):
 
 AXE = Path(__file__).resolve().parents[1] / ".venv" / "node" / "node_modules" / "axe-core" / "axe.min.js"
 WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
-AXE_RUN = """async (tags) => {
-  const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}});
+OPEN_SOLUTIONS = "() => document.querySelectorAll('div.solution button.toggle-button').forEach(b => b.click())"
+AXE_RUN = """async ([tags, context]) => {
+  const result = await axe.run(context || document, {runOnly: {type: 'tag', values: tags}});
   return result.violations.map(v => ({id: v.id, help: v.help, nodes: v.nodes.length,
                                       where: v.nodes.slice(0, 2).map(n => n.target.join(' '))}));
 }"""
@@ -176,23 +177,52 @@ AXE_RUN = """async (tags) => {
 def test_every_page_passes_axe_core_wcag_21_aa(browser, sites, edition):
     """axe-core's WCAG 2.0/2.1 level A and AA rules on every page of both editions (US public
     universities must meet WCAG 2.1 AA from April 2026). The theme's search button and the
-    bibliography's ARIA roles failed them; attention_course.sphinxext fixes both."""
+    bibliography's ARIA roles failed them; attention_course.sphinxext fixes both.
+
+    The full edition is the student edition plus the solution blocks, from the same templates and
+    cells: there axe checks one whole page (the edition's theme) and then only the solution blocks
+    of each page, opened (a closed one is hidden, and axe skips what is hidden, so checking whole
+    pages with closed solutions, as this test did before, never looked inside them)."""
     if not AXE.exists():
         pytest.fail(f"{AXE} is missing: `python3 tasks.py test` installs axe-core")
     script = AXE.read_text(encoding="utf-8")
     base, html_dir = sites[edition]
     context = browser.new_context()
     page = context.new_page()
-    problems = []
+    problems, whole_pages = [], 0
     for name in _pages(html_dir):
-        if re.search(r'http-equiv="Refresh"', (html_dir / name).read_text(encoding="utf-8")):
+        text = (html_dir / name).read_text(encoding="utf-8")
+        if re.search(r'http-equiv="Refresh"', text):
             continue  # index.html only redirects to intro.html, which is checked itself
+        scope = None
+        if edition == "full" and whole_pages:
+            if 'class="solution' not in text:
+                continue
+            scope = {"include": [["div.solution"]]}
+        whole_pages += scope is None
         page.goto(base + name, wait_until="load")
+        if scope:  # a closed solution is hidden, and axe skips what is hidden
+            page.evaluate(OPEN_SOLUTIONS)
         page.add_script_tag(content=script)
-        for v in page.evaluate(AXE_RUN, WCAG_TAGS):
+        for v in page.evaluate(AXE_RUN, [WCAG_TAGS, scope]):
             problems.append(f"{name}: {v['id']} ({v['help']}) x{v['nodes']} at {v['where']}")
     context.close()
     assert not problems, "\n".join(problems[:30])
+
+
+def test_the_full_editions_scoped_axe_run_sees_inside_the_solution_blocks(browser, sites):
+    """The full edition's axe run checks only the solution blocks: a fault put inside one is found."""
+    base, _ = sites["full"]
+    page = browser.new_page()
+    page.goto(f"{base}solutions/{CHAPTER}.html", wait_until="load")
+    page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+    scope = {"include": [["div.solution"]]}
+    assert page.evaluate(AXE_RUN, [WCAG_TAGS, scope]) == []
+    page.evaluate(OPEN_SOLUTIONS)
+    page.evaluate("() => document.querySelector('div.solution section').appendChild(document.createElement('button'))")
+    found = [v["id"] for v in page.evaluate(AXE_RUN, [WCAG_TAGS, scope])]
+    page.close()
+    assert "button-name" in found, found
 
 
 @pytest.mark.parametrize("edition", ["full", "student"])
