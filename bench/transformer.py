@@ -48,10 +48,14 @@ validation share of dates right every ``--lists-eval-every`` steps for both, the
 
     .venv/bin/python bench/transformer.py --part lists --threads 1 --seeds 0 1 2 --save
 
-(2 400 steps of 64 pairs.) On 2026-11-27, under a load average of 4 to 11 from other jobs, seed 0
-took 41 minutes of wall time for both models (training 975 s and 1 126 s, the rest evaluations,
-the Transformer's greedy decoding above all), and the shipped CSVs hold seed 0 only: the run was
-stopped there for lack of time. Longer training: ``--lists-steps 4800 --lists-grid-at 1600 3200 4800``.
+(2 400 steps of 64 pairs.) On 2026-11-27, under a load average of 1 to 11 from other jobs, each seed
+took 35 to 75 minutes of wall time for both models (training 975 to 2 753 s per model, the rest
+evaluations, the Transformer's greedy decoding above all); the seeds ran in three sessions and
+the shipped CSVs hold all three. Longer training, the Transformer alone (shipped as
+``ch08_lists_long_*.csv``, seed 0, 2 747 s of training)::
+
+    .venv/bin/python bench/transformer.py --part lists --threads 1 --seeds 0 --lists-models transformer \
+        --lists-steps 4800 --lists-grid-at 1600 3200 4800 --save --out DIR
 
 ``search``: the same small hyperparameter search for both models: peak learning rate 1e-3, 3e-3,
 1e-2 by batch 32 and 128, every run on the same number of training pairs (``--search-pairs``),

@@ -298,3 +298,51 @@ def test_speed_table_times_both_models_at_every_length():
         for model in ("transformer", "bahdanau"):
             tokens = 2 * int(r["batch_size"]) * int(r["length"]) / float(r[f"{model}_seconds"])
             assert tokens == pytest.approx(int(r[f"{model}_tokens_per_second"]), rel=1e-3)
+
+
+def test_train_scheduled_label_smoothing_reaches_the_loss():
+    """With label smoothing 1 the target is uniform over the vocabulary, and no model can get the
+    cross-entropy against a uniform target below log(V); without smoothing the same training goes
+    below it. (A smoothing that never reached the loss would leave both runs equal.)"""
+    data = tr.make_dataset(num_train=256, num_val=0, num_test=0, p_range=0.0, seed=6)
+    train = tr.encode_split(data["train"])
+    floor = math.log(len(tr.TARGET_VOCAB))
+    runs = {eps: tf.train_scheduled(_tiny(seed=3).train(), train, max_steps=60, batch_size=32, lr=1e-2,
+                                    eval_every=20, label_smoothing=eps) for eps in (0.0, 1.0)}
+    assert all(h["loss"] >= floor - 1e-4 for h in runs[1.0]), (floor, runs[1.0])
+    assert runs[0.0][-1]["loss"] < floor - 0.3, (floor, runs[0.0])
+    default = tf.train_scheduled(_tiny(seed=3).train(), train, max_steps=60, batch_size=32, lr=1e-2, eval_every=20)
+    assert [h["loss"] for h in default] == [h["loss"] for h in runs[0.0]]          # 0.0 is the default
+
+
+def test_search_gives_both_models_the_same_grid_and_budget():
+    rows = _shipped_rows("ch08_search.csv")
+    grids = {m: {(r["seed"], r["batch_size"], r["lr"]) for r in rows if r["model"] == m} for m in ("transformer", "bahdanau")}
+    assert grids["transformer"] == grids["bahdanau"] and len(grids["transformer"]) >= 6
+    for model in grids:
+        for seed, batch_size, lr in grids[model]:
+            run = [r for r in rows if (r["model"], r["seed"], r["batch_size"], r["lr"]) == (model, seed, batch_size, lr)]
+            assert [int(r["pairs"]) for r in run] == [25600, 51200, 76800, 102400], (model, batch_size, lr)
+            assert all(int(r["pairs"]) == int(r["step"]) * int(batch_size) for r in run)
+
+
+def test_recipe_runs_every_variant_on_the_race_budget_of_the_same_seeds():
+    rows = _shipped_rows("ch08_recipe.csv")
+    variants = {(r["variant"], r["dropout"], r["label_smoothing"]) for r in rows}
+    assert {(float(d), float(s)) for _, d, s in variants} == {(0.0, 0.0), (0.1, 0.0), (0.0, 0.1), (0.1, 0.1)}
+    race = {r["step"] for r in _shipped_rows("ch08_race.csv") if r["model"] == "transformer" and r["seed"] == "0"}
+    for variant, _, _ in variants:
+        seeds = {r["seed"] for r in rows if r["variant"] == variant}
+        assert seeds == {r["seed"] for r in rows}, variant          # every variant on the same seeds
+        for seed in seeds:
+            run = [r for r in rows if r["variant"] == variant and r["seed"] == seed]
+            assert {r["step"] for r in run} == race and run[-1]["test_exact_match"] != "", (variant, seed)
+
+
+def test_longer_list_run_is_the_transformer_of_seed_0_over_twice_the_steps():
+    runs, curves, grid = (_shipped_rows(f"ch08_lists_long_{part}.csv") for part in ("runs", "curves", "grid"))
+    assert [(r["seed"], r["model"], r["steps"], r["batch_size"]) for r in runs] == [("0", "transformer", "4800", "64")]
+    short = _shipped_rows("ch08_lists_runs.csv")
+    assert any((r["seed"], r["model"], r["lr"]) == ("0", "transformer", runs[0]["lr"]) for r in short)
+    assert [int(r["step"]) for r in curves] == list(range(200, 4801, 200))
+    assert sorted({int(r["step"]) for r in grid}) == [1600, 3200, 4800] and len(grid) == 3 * 16
