@@ -24,11 +24,16 @@ def pytest_xdist_make_scheduler(config, log):
     return FilesAndBuiltSites(config, log)
 
 
+# The rerun of every solution notebook on another float path: one unit of about 160 s in CI.
+LONG_FILES = SITE_FILES | {"test_portable_outputs.py"}
+
+
 def _unit_rank(item) -> int:
     """Longest units first, so that neither worker is left with a long unit at the end: the built
-    sites (both editions built, then read), then the solution notebooks, then everything else."""
+    sites (both editions built, then read) and the perturbed rerun of the notebooks, then the
+    solution notebooks, then everything else."""
     path = Path(str(item.fspath))
-    if path.name in SITE_FILES:
+    if path.name in LONG_FILES:
         return 0
     if path.suffix == ".ipynb":
         return 1

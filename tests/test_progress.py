@@ -107,17 +107,27 @@ def test_a_readers_notebook_right_wrong_endless_and_exiting(tmp_path):
     assert mine.read_bytes() == before  # the reader's notebook is only read
 
 
-def test_a_notebook_that_is_not_a_course_notebook_gets_a_clear_message(tmp_path):
+def _progress_in_process(capsys, *args):
+    """The command in this process: for refusals that end before the sandbox starts (a new
+    interpreter would spend seconds importing torch to print one line)."""
+    from attention_course.cli import main
+    capsys.readouterr()
+    status = main(["progress", *map(str, args)])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_a_notebook_that_is_not_a_course_notebook_gets_a_clear_message(tmp_path, capsys):
     other = tmp_path / "shopping.ipynb"
     other.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": "print(1)",
                                             "outputs": [], "execution_count": None}],
                                  "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    status, out, err = _progress(other)
+    status, out, err = _progress_in_process(capsys, other)
     assert status == 2 and out == ""
     assert f"{other} is not a course notebook: it has no exercise" in err
     broken = tmp_path / "broken.ipynb"
     broken.write_text("{not json")
-    status, _, err = _progress(broken)
+    status, _, err = _progress_in_process(capsys, broken)
     assert status == 2 and "is not a course notebook: not a readable notebook" in err
     # In a folder, other notebooks are named and skipped; the course notebooks are reported.
     shutil.copy2(ROOT / "chapters" / "01_queries_keys_values.ipynb", tmp_path)
@@ -125,7 +135,7 @@ def test_a_notebook_that_is_not_a_course_notebook_gets_a_clear_message(tmp_path)
     assert status == 0, err
     assert "skipped " in out and "shopping.ipynb: it has no exercise" in out and "broken.ipynb" in out
     assert "Chapter 1 " in out
-    status, _, err = _progress(tmp_path / "missing")
+    status, _, err = _progress_in_process(capsys, tmp_path / "missing")
     assert status == 2 and "no such notebook or folder" in err
 
 
