@@ -29,12 +29,13 @@ _EXERCISE_HEADING_RE = re.compile(r"^#{1,6}[ \t]+Exercise[ \t]+\d+[ \t]+\((ch\d\
 _CHECK_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
 
 
-def printable(text, newlines: bool = False) -> str:
+def printable(text, newlines: bool = False, keep: str = "") -> str:
     """``text`` with every control or format character escaped (``\\x1b``, ``\\u202e``), so that a
     name or message from a submission can neither forge a line of a log nor send a terminal
-    escape sequence. With ``newlines``, line breaks and tabs are kept (multi-line feedback)."""
+    escape sequence. With ``newlines``, line breaks and tabs are kept (multi-line feedback);
+    the characters of ``keep`` are kept too."""
     import unicodedata
-    kept = "\n\t" if newlines else ""
+    kept = ("\n\t" if newlines else "") + keep
     out = []
     for char in str(text):
         if char in kept or unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp"):

@@ -103,7 +103,7 @@ def csv_safe(text: str) -> str:
     cannot send a terminal escape to whoever prints the file; line breaks and tabs stay, since
     the quotes already make them harmless and multi-line feedback keeps its lines.
     """
-    text = "\r".join(printable(part, newlines=True) for part in str(text).split("\r"))
+    text = printable(text, newlines=True, keep="\r")
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 
