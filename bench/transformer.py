@@ -116,10 +116,10 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def build(name: str, seed: int):
+def build(name: str, seed: int, **transformer_options):
     torch.manual_seed(seed)
     if name == "transformer":
-        return tf.build_transformer(**TRANSFORMER)
+        return tf.build_transformer(**TRANSFORMER, **transformer_options)
     return tr.build_model(attention=True, **BAHDANAU)
 
 
@@ -229,8 +229,7 @@ def recipe(args, data) -> list:
     settings = SETTINGS["transformer"]
     for seed in args.seeds:
         for variant, dropout, smoothing in RECIPE:
-            torch.manual_seed(seed)
-            model = tf.build_transformer(**TRANSFORMER, dropout=dropout)
+            model = build("transformer", seed, dropout=dropout)
             history = tf.train_scheduled(model, data["train"], val=data["val"], max_steps=settings["steps"],
                                          batch_size=settings["batch_size"], lr=settings["lr"], warmup=100,
                                          eval_every=settings["eval_every"], seed=seed, label_smoothing=smoothing)
