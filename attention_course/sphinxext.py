@@ -25,7 +25,7 @@ from pathlib import Path
 
 
 # Folders whose chapter pages stand for the student notebooks of chapters/: the solutions (full
-# edition) and the MyST pages of an instructor's release (attention_course.student_release).
+# edition) and the MyST pages of an instructor's release (attention_course.tools.student_release).
 _PAGE_FOLDERS = ("solutions", "pages")
 # The tensor toolkit's page (``solutions/toolkit``, ``chapters/toolkit`` or ``pages/toolkit``) stands
 # for the portable ``chapters/toolkit.ipynb`` that ``attention-course release`` writes.

@@ -1,6 +1,6 @@
 """Stand-ins for library pieces that an instructor's release withholds.
 
-In a student build (:mod:`attention_course.student_build`), a library function or class that
+In a student build (:mod:`attention_course.tools.student_build`), a library function or class that
 is the answer to an exercise graded in that release is not shipped. Its name stays, bound to
 a stand-in made here, so that the chapter's later cells and exercises that may use it keep
 working on **the student's own answer**: the stand-in calls the function (or builds the class)

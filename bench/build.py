@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from _common import ROOT  # bench/_common.py; puts the repository root on sys.path
-from attention_course.editions import build
+from attention_course.tools.editions import build
 
 COLD_TARGET, REBUILD_TARGET = 180.0, 20.0
 

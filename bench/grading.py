@@ -5,7 +5,7 @@
 
 The class mixes correct notebooks (the solution), untouched student notebooks (stubs),
 wrong implementations (every kept mistake whose source can be recovered, made a stand-alone
-exercise cell by :func:`attention_course.grading.synthetic.mistake_source`) and hostile or
+exercise cell by :func:`attention_course.tools.grading.synthetic.mistake_source`) and hostile or
 broken submissions (infinite loops, memory bombs, exits, kills, monkeypatching, malformed
 notebooks). It prints submissions per minute, the ratio to running the solution notebook's
 exercise cells (and their checks) alone in-process, and whether the target of 200
@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 
 from _common import ROOT  # bench/_common.py; puts the repository root on sys.path
-from attention_course.checking import hidden_seed, outcomes_for
-from attention_course.grading.grader import discover, run_grading
-from attention_course.grading.reports import write_class_reports
-from attention_course.grading.synthetic import mistake_source
-from attention_course.notebook import exercise_cell_index, exercise_code, load_cells, setup_code, with_exercise_code
-from attention_course.registry import all_exercises
+from attention_course.checks.checking import hidden_seed, outcomes_for
+from attention_course.tools.grading.grader import discover, run_grading
+from attention_course.tools.grading.reports import write_class_reports
+from attention_course.tools.grading.synthetic import mistake_source
+from attention_course.tools.notebook import exercise_cell_index, exercise_code, load_cells, setup_code, with_exercise_code
+from attention_course.checks.registry import all_exercises
 
 TARGET_SECONDS, TARGET_SIZE = 60.0, 200
 
@@ -64,7 +64,7 @@ HOSTILE = [
     ("osexit", "import os\nos._exit(3)\n"),
     ("killself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
     ("killparent", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"),
-    ("readrepo", f"print(open({str(ROOT / 'attention_course/registry.py')!r}).read())\n"),
+    ("readrepo", f"print(open({str(ROOT / 'attention_course/checks/registry.py')!r}).read())\n"),
     ("network", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)\n"),
     ("printscore", "print('Score: 100/100')\n"),
     ("importfail", "import not_a_module\n"),
@@ -130,8 +130,8 @@ PROJECTED = (2000, 9)  # students, chapters: the issue's class that scales out
 def shard_overhead(run, subs: list, folder: Path) -> tuple:
     """(bytes, seconds to write, seconds to merge) of the whole class as one shard (0/1): what a
     sharded run adds to grading (the record, and ``merge``'s reading, checks and reports)."""
-    from attention_course.grading.grader import build_plan
-    from attention_course.grading.shards import merge_shards, write_shard
+    from attention_course.tools.grading.grader import build_plan
+    from attention_course.tools.grading.shards import merge_shards, write_shard
     start = time.perf_counter()
     path = write_shard(folder, 0, 1, run.plan, [s.student for s in subs], run.results, list(range(len(subs))),
                        per_student=True, log_header=run.log_header, ignored=[], seconds=run.seconds)

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from _common import ROOT  # bench/_common.py; puts the repository root on sys.path
-from attention_course.grading.grader import Submission, run_grading
-from attention_course.grading.sandbox import Sandbox
+from attention_course.tools.grading.grader import Submission, run_grading
+from attention_course.tools.grading.sandbox import Sandbox
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ def root() -> Path:
 def _build(edition: str, out: Path, *options: str) -> tuple:
     # Figures come from the kernel's inline backend; an inherited MPLBACKEND would hide them.
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    cmd = [sys.executable, "-m", "attention_course.cli", "build", "--edition", edition,
+    cmd = [sys.executable, "-m", "attention_course.tools.cli", "build", "--edition", edition,
            "--root", str(ROOT), "--out", str(out), *options]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env)
     return result.returncode, result.stdout + result.stderr, out / "_build" / "html"

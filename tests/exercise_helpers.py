@@ -8,8 +8,8 @@ Imported as ``from exercise_helpers import ...`` (``tests/conftest.py`` puts thi
 import json
 from pathlib import Path
 
-from attention_course.checking import run_checks
-from attention_course.registry import get_exercise
+from attention_course.checks.checking import run_checks
+from attention_course.checks.registry import get_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (11, 2026, 7)

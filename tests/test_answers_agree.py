@@ -1,7 +1,7 @@
 """check() and the grader agree on answers that hand the work to the course's own code.
 
 For every exercise of every chapter, an answer that delegates to the course's finished answer
-(the library object named like it or listed in ``attention_course.answers.LIBRARY_ANSWERS``,
+(the library object named like it or listed in ``attention_course.checks.answers.LIBRARY_ANSWERS``,
 else the exercise's reference in ``attention_course.exercises``) passes no public check in
 ``check()`` and earns 0 from the grader; where the library holds the answer, both say so in the
 same words. An answer that uses the package's piece of an EARLIER exercise, as a later contract
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.answers import blocked_answers
-from attention_course.checking import check
-from attention_course.grading.grader import Submission, run_grading
-from attention_course.grading.sandbox import Sandbox
-from attention_course.notebook import load_cells, setup_code, with_exercise_code
-from attention_course.registry import all_exercises
+from attention_course.checks.answers import blocked_answers
+from attention_course.checks.checking import check
+from attention_course.tools.grading.grader import Submission, run_grading
+from attention_course.tools.grading.sandbox import Sandbox
+from attention_course.tools.notebook import load_cells, setup_code, with_exercise_code
+from attention_course.checks.registry import all_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted({int(p.name[:2]) for p in (ROOT / "solutions").glob("0*.ipynb")})
@@ -105,7 +105,7 @@ def test_check_and_grader_refuse_the_course_answer_alike(chapter, sandbox, tmp_p
 def test_check_leaves_the_course_answers_working(chapter):
     """check() disables the course's answers only while the student's object runs: the solution's
     answers pass twice in a row (a class whose construction was not restored fails the second)."""
-    from attention_course.notebook import load_objects
+    from attention_course.tools.notebook import load_objects
     path = _solution(chapter)
     for exercise in all_exercises(chapter):
         obj = load_objects(path, exercise.label, exercise.name)
@@ -145,6 +145,6 @@ def test_using_an_earlier_exercises_package_piece_passes_both(label, code, sandb
 
 def test_greedy_decoding_through_the_librarys_seq2seq_is_refused():
     """Issue 21: ch07_ex3 got full marks by calling translation.Seq2Seq.greedy."""
-    from attention_course.answers import blocked_answers
-    from attention_course.registry import get_exercise
+    from attention_course.checks.answers import blocked_answers
+    from attention_course.checks.registry import get_exercise
     assert ("attention_course.translation", "Seq2Seq") in {e[:2] for e in blocked_answers(get_exercise("ch07_ex3"))}

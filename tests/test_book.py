@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.release import course_settings, generate, solution_paths
+from attention_course.tools.release import course_settings, generate, solution_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ["Overview", "Prerequisites", "Summary", "Exercises", "References"]

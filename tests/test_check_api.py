@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attention_course import check
-from attention_course.checking import STUB_HINT, run_checks
-from attention_course.registry import REGISTRY, Call, Check, Exercise, Mistake, UnknownExerciseError, register
+from attention_course.checks.checking import STUB_HINT, run_checks
+from attention_course.checks.registry import REGISTRY, Call, Check, Exercise, Mistake, UnknownExerciseError, register
 
 
 def _pool(weights, values):
@@ -109,7 +109,7 @@ def test_inputs_are_copied_so_in_place_edits_do_not_leak(demo):
 
 def test_hidden_checks_use_the_grading_seed_and_give_partial_credit(demo):
     calls_a = _calls(0)
-    from attention_course.checking import hidden_seed
+    from attention_course.checks.checking import hidden_seed
     assert hidden_seed(1, 0) != hidden_seed(2, 0) != hidden_seed(1, 1)
     # A cheat that memorised the public inputs' answer fails the hidden checks.
     public_inputs = _calls(4)[0].args
@@ -149,7 +149,7 @@ def test_passing_the_packages_own_answer_is_refused(capsys):
 
 # ------------------------------------------------------------ issue 10's root causes
 
-from attention_course.checking import mentions  # noqa: E402
+from attention_course.checks.checking import mentions  # noqa: E402
 
 
 @pytest.mark.parametrize("message", [
@@ -255,7 +255,7 @@ def test_the_time_limit_also_works_outside_the_main_thread(demo):
 
 
 def test_points_follow_check_weights(demo):
-    from attention_course.checking import check_points
+    from attention_course.checks.checking import check_points
     demo.checks[1].weight = 0.5
     shares = [check_points(demo, c) for c in demo.checks]
     assert shares == pytest.approx([demo.points * w / 2.5 for w in (1, 0.5, 1)])
@@ -288,7 +288,7 @@ def test_a_shape_error_names_the_inputs_by_argument(demo, capsys):
 
 # ------------------------------------------------------------- report=("largest_tensor",)
 
-from attention_course.calls import run_call  # noqa: E402
+from attention_course.checks.calls import run_call  # noqa: E402
 
 
 def _largest(fn, *args):
@@ -326,7 +326,7 @@ def test_the_largest_tensor_report_does_not_import_torch_dynamo():
     # torch wraps a dispatch mode's __torch_dispatch__ in torch._dynamo.disable unless told not
     # to, and importing torch._dynamo takes seconds: too slow for a check.
     import subprocess
-    code = ("import sys, torch; from attention_course.calls import run_call; from attention_course.registry import Call; "
+    code = ("import sys, torch; from attention_course.checks.calls import run_call; from attention_course.checks.registry import Call; "
             "out = run_call(lambda a: a @ a.T, Call(args=(torch.ones(5, 2),), report=('largest_tensor',))); "
             "assert out['extras']['largest_tensor_entries'] == 25, out; "
             "assert 'torch._dynamo' not in sys.modules")

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.registry import all_exercises
-from attention_course.scaffold import snake_case
+from attention_course.checks.registry import all_exercises
+from attention_course.tools.scaffold import snake_case
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES_DIR = ROOT / "attention_course" / "exercises"

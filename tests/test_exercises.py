@@ -9,7 +9,7 @@
   public check and the hidden checks at several grading seeds: the checks test
   meaning, not the reference's form,
 * error-message checks carry at most a fifth of each chapter's points,
-* the public checks as an instructor's release stores them (:mod:`attention_course.student_build`:
+* the public checks as an instructor's release stores them (:mod:`attention_course.tools.student_build`:
   the reference's and the kept mistakes' outcomes as data, the compares as extracted code) give the
   very lines the full checks give, for the reference, the stub, every mistake and alternative.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.calls import run_call
-from attention_course.checking import STUB_HINT, check_points, run_checks
-from attention_course.notebook import load_objects
-from attention_course.registry import all_exercises
+from attention_course.checks.calls import run_call
+from attention_course.checks.checking import STUB_HINT, check_points, run_checks
+from attention_course.tools.notebook import load_objects
+from attention_course.checks.registry import all_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = all_exercises()
@@ -45,8 +45,8 @@ def _as_stored(exercise, obj, full_results):
     """The public checks of a student build give ``full_results``'s very verdicts, reasons and hints."""
     if exercise.label not in _STORED:
         import types
-        from attention_course.registry import exercises_from_store
-        from attention_course.student_build import build_store
+        from attention_course.checks.registry import exercises_from_store
+        from attention_course.tools.student_build import build_store
         data, code, _ = build_store([exercise.label])
         module = types.ModuleType(f"attention_course.public_checks.{exercise.label}")
         if exercise.label in code:

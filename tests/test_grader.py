@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.grading.grader import Submission, discover, run_grading
-from attention_course.grading.reports import write_class_reports
-from attention_course.grading.sandbox import InvalidOutcome, Sandbox, load_outcome
-from attention_course.grading.zygote_main import CHILD_ENV_KEYS, landlock_abi
-from attention_course.notebook import _src, exercise_cell_index, with_exercise_code
+from attention_course.tools.grading.grader import Submission, discover, run_grading
+from attention_course.tools.grading.reports import write_class_reports
+from attention_course.tools.grading.sandbox import InvalidOutcome, Sandbox, load_outcome
+from attention_course.tools.grading.zygote_main import CHILD_ENV_KEYS, landlock_abi
+from attention_course.tools.notebook import _src, exercise_cell_index, with_exercise_code
 
 # Chapter 1 at full marks, from the registry (an author adding ch01_ex5 changes it)
-from attention_course.registry import all_exercises as _all_exercises  # noqa: E402
+from attention_course.checks.registry import all_exercises as _all_exercises  # noqa: E402
 CHAPTER1_POINTS = sum(ex.points for ex in _all_exercises(1))
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +193,7 @@ def test_correct_solution_full_marks_and_stub_zero_in_hostile_class(hostile):
 def test_every_chapter_solution_full_marks_student_notebook_zero(sandbox, tmp_path, chapter):
     """Also proves that refusing the course's own answers in the child leaves every helper a
     correct solution uses working (chapter 8's and 9's runtime modules included)."""
-    from attention_course.registry import all_exercises
+    from attention_course.checks.registry import all_exercises
     if not all_exercises(chapter) or not list((ROOT / "solutions").glob(f"{chapter:02d}_*.ipynb")):
         pytest.skip(f"chapter {chapter} has no exercises or no solution notebook yet")
     subs = [Submission("solution", next((ROOT / "solutions").glob(f"{chapter:02d}_*.ipynb"))),
@@ -492,7 +492,7 @@ def test_forged_outcome_files_are_rejected(tmp_path):
         load_outcome(pickle.dumps({"phase": "done", "outcomes": [[Evil()]]}, protocol=2))
     assert not marker.exists()
 
-    from attention_course.grading.zygote_main import OUTCOME_MAGIC, dump_outcome
+    from attention_course.tools.grading.zygote_main import OUTCOME_MAGIC, dump_outcome
     saved = dump_outcome
 
     base = {"phase": "done", "error": None, "defined": [], "outcomes": [[{"status": "ok", "value": torch.ones(2)}]]}
@@ -541,8 +541,8 @@ def test_extra_checks_add_a_private_check_and_an_exercise(sandbox, tmp_path):
     extra.mkdir()
     (extra / "private.py").write_text(
         "import torch\n"
-        "from attention_course.grading.extra import add_check, add_exercise\n"
-        "from attention_course.registry import Call, Check, Exercise\n"
+        "from attention_course.tools.grading.extra import add_check, add_exercise\n"
+        "from attention_course.checks.registry import Call, Check, Exercise\n"
         "def _calls(seed):\n"
         "    g = torch.Generator().manual_seed(seed)\n"
         "    return [Call(args=(torch.softmax(torch.randn(2, 40, generator=g), -1), torch.randn(40, 3, generator=g)))]\n"
@@ -550,7 +550,7 @@ def test_extra_checks_add_a_private_check_and_an_exercise(sandbox, tmp_path):
         "add_exercise(Exercise(label='ch01_ex9', title='private', name='attention_pool',\n"
         "    reference=lambda w, v: w @ v, points=1, checks=[Check('private', _calls, hint='h')]),\n"
         "    cells_from='ch01_ex1')\n")
-    from attention_course.registry import get_exercise
+    from attention_course.checks.registry import get_exercise
     n_checks = len(get_exercise("ch01_ex1").checks)
     subs = [Submission("solution", SOLUTION_1)]
     run = run_grading(subs, 1, seed=5, extra_checks=extra, sandbox=sandbox)
@@ -583,7 +583,7 @@ def _no_formula(cell: str) -> bool:
 
 def test_grades_csv_never_holds_a_formula(tmp_path):
     """CSV injection (OWASP): a student file named like a formula stays text in the gradebook."""
-    from attention_course.grading.reports import csv_safe
+    from attention_course.tools.grading.reports import csv_safe
     folder = tmp_path / "class"
     stub = _load(next((ROOT / "chapters").glob("01_*.ipynb")))
     names = ['=HYPERLINK("http:evil","click")', "@SUM(A1)", "+1+1", "-2", "\tcmd", "plain"]
@@ -610,7 +610,7 @@ def test_grades_csv_escapes_every_text_cell(tmp_path):
     """The notes cell and the student cell both: formula starts quoted away, separators and
     line breaks kept inside their cell, points written as numbers."""
     from types import SimpleNamespace as NS
-    from attention_course.grading.reports import write_csv
+    from attention_course.tools.grading.reports import write_csv
     plan = NS(exercises=[NS(label="ch01_ex1"), NS(label="ch01_ex2")])
     exercises = [NS(label="ch01_ex1", points=1.5, summary="x"), NS(label="ch01_ex2", points=1 / 3, summary="")]
     results = [NS(student="\rcr", exercises=exercises, total=11 / 6, max_total=4,
@@ -635,7 +635,7 @@ class _Stream(io.StringIO):
 
 @pytest.mark.parametrize("tty", [True, False], ids=["terminal", "log"])
 def test_progress_bar_is_tqdm_in_a_terminal_and_one_line_in_a_log(tty):
-    from attention_course.grading.reports import ProgressBar
+    from attention_course.tools.grading.reports import ProgressBar
     stream = _Stream(tty)
     bar = ProgressBar("chapter 03", stream=stream)
     for done in range(4):

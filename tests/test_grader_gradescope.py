@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from attention_course.registry import all_exercises  # noqa: E402
+from attention_course.checks.registry import all_exercises  # noqa: E402
 
 # Chapter 1 at full marks, from the registry (an author adding ch01_ex5 changes it)
 CHAPTER1_POINTS = sum(ex.points for ex in all_exercises(1))
@@ -32,7 +32,7 @@ def test_gradescope_zip_runs_offline(tmp_path):
         setup = zf.read("setup.sh").decode()
         requirements = zf.read("requirements.txt").decode()
     assert {"setup.sh", "run_autograder", "requirements.txt", "autograder.json",
-            "attention_course/exercises/ch01/ex1_attention_pool.py", "attention_course/grading/zygote_main.py"} <= set(names)
+            "attention_course/exercises/ch01/ex1_attention_pool.py", "attention_course/tools/grading/zygote_main.py"} <= set(names)
     assert "torch==2.13.0\n" in requirements and "requirements.txt" in setup
     # Gradescope's layout: /autograder/{source,submission,results}
     gs = tmp_path / "autograder"

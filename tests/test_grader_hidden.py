@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_course.grading.gradescope import _student_identity
-from attention_course.grading.grader import Submission, build_plan, student_plan, run_grading, student_seed
-from attention_course.grading.reports import gradescope_results
-from attention_course.grading.sandbox import Sandbox
+from attention_course.tools.grading.gradescope import _student_identity
+from attention_course.tools.grading.grader import Submission, build_plan, student_plan, run_grading, student_seed
+from attention_course.tools.grading.reports import gradescope_results
+from attention_course.tools.grading.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION_1 = next((ROOT / "solutions").glob("01_*.ipynb"))

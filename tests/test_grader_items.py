@@ -16,13 +16,13 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from attention_course.checking import CheckResult
-from attention_course.grading.grader import Submission, run_grading
-from attention_course.grading.items import analyse, md_text, reason_pattern
-from attention_course.grading.reports import write_class_reports
-from attention_course.grading.synthetic import mistake_source
-from attention_course.notebook import with_exercise_code
-from attention_course.registry import get_exercise
+from attention_course.checks.checking import CheckResult
+from attention_course.tools.grading.grader import Submission, run_grading
+from attention_course.tools.grading.items import analyse, md_text, reason_pattern
+from attention_course.tools.grading.reports import write_class_reports
+from attention_course.tools.grading.synthetic import mistake_source
+from attention_course.tools.notebook import with_exercise_code
+from attention_course.checks.registry import get_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION_1 = next((ROOT / "solutions").glob("01_*.ipynb"))
@@ -213,9 +213,9 @@ def test_ch01_every_recoverable_kept_mistake_becomes_a_cell_that_behaves_like_it
     kept mistake of chapter 1 whose source is its own, run from its cell in a fresh namespace
     (the chapter's setup cell first, as in a grading child), fails some check like that mistake
     and no check in any other way."""
-    from attention_course.checking import hidden_seed, judge, outcomes_for
-    from attention_course.notebook import load_cells, setup_code
-    from attention_course.registry import all_exercises
+    from attention_course.checks.checking import hidden_seed, judge, outcomes_for
+    from attention_course.tools.notebook import load_cells, setup_code
+    from attention_course.checks.registry import all_exercises
     setup = setup_code(load_cells(STUDENT_1))
     recovered = 0
     for exercise in all_exercises(1):

@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from attention_course.grading.lms import IDENTITY, RosterError, read_roster, write_canvas_csv
+from attention_course.tools.grading.lms import IDENTITY, RosterError, read_roster, write_canvas_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "Student,ID,SIS User ID,SIS Login ID,Section"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.cli import main
-from attention_course.grading.shards import ShardError, merge_shards, parse_shard, shard_positions
+from attention_course.tools.cli import main
+from attention_course.tools.grading.shards import ShardError, merge_shards, parse_shard, shard_positions
 from test_grader_items import SOLUTION_1, STUDENT_1, write_class
 
 SEED, SHARDS = 2323, 2

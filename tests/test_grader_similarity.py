@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.grading.grader import discover
-from attention_course.grading.similarity import CAVEAT, DEFAULT_THRESHOLD, compare_class, write_similarity
-from attention_course.grading.synthetic import mistake_source
-from attention_course.notebook import exercise_code, load_cells, with_exercise_code
-from attention_course.registry import get_exercise
+from attention_course.tools.grading.grader import discover
+from attention_course.tools.grading.similarity import CAVEAT, DEFAULT_THRESHOLD, compare_class, write_similarity
+from attention_course.tools.grading.synthetic import mistake_source
+from attention_course.tools.notebook import exercise_code, load_cells, with_exercise_code
+from attention_course.checks.registry import get_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT_1 = next((ROOT / "chapters").glob("01_*.ipynb"))
@@ -143,7 +143,7 @@ def test_ch03_ex3_the_stubs_own_code_is_not_counted(tmp_path):
 
 
 def test_ch01_similarity_command(class_report, tmp_path, capsys):
-    from attention_course.cli import main
+    from attention_course.tools.cli import main
     folder = class_report[3]
     assert main(["similarity", str(folder), "--chapter", "1", "--out", str(tmp_path / "out")]) == 0
     assert "2 pair(s) at or above 60% similarity (worth a look, not proof of copying)" in capsys.readouterr().out

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.grading.grader import Submission, run_grading
-from attention_course.grading.sandbox import Sandbox
-from attention_course.notebook import exercise_labels, load_cells, NotebookError, with_exercise_code
-from attention_course.registry import all_exercises
+from attention_course.tools.grading.grader import Submission, run_grading
+from attention_course.tools.grading.sandbox import Sandbox
+from attention_course.tools.notebook import exercise_labels, load_cells, NotebookError, with_exercise_code
+from attention_course.checks.registry import all_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION_1 = next((ROOT / "solutions").glob("01_*.ipynb"))
@@ -132,8 +132,8 @@ def test_the_exercise_block_is_graded_however_it_defines_the_answer(sandbox, tmp
 
 
 def test_every_entry_gets_its_own_row_and_feedback_file(sandbox, tmp_path):
-    from attention_course.grading.grader import discover
-    from attention_course.grading.reports import write_class_reports
+    from attention_course.tools.grading.grader import discover
+    from attention_course.tools.grading.reports import write_class_reports
     good, stub = _solution(), json.loads(next((ROOT / "chapters").glob("01_*.ipynb")).read_text())
     class_dir = tmp_path / "class"
     (class_dir / "twin").mkdir(parents=True)
@@ -172,10 +172,10 @@ def test_a_name_or_message_cannot_forge_a_log_line_or_reach_the_terminal_raw(san
     log = "\n".join(run.log)
     assert not any(line.startswith("mallory") for line in log.splitlines()), log
     assert "\x1b" not in log and "\x07" not in log
-    from attention_course.grading.reports import feedback_markdown, feedback_text
+    from attention_course.tools.grading.reports import feedback_markdown, feedback_text
     for text in (feedback_markdown(run.results[0], run.plan), feedback_text(run.results[0], run.plan)):
         assert "\x1b" not in text and "\x07" not in text
-    from attention_course.grading.reports import write_csv
+    from attention_course.tools.grading.reports import write_csv
     write_csv(run.results, run.plan, tmp_path / "grades.csv")      # every class CSV goes through csv_safe
     gradebook = (tmp_path / "grades.csv").read_text(encoding="utf-8")
     assert "\x1b" not in gradebook and "\x07" not in gradebook and "boom" in gradebook

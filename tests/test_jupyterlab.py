@@ -22,8 +22,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.notebook import _CHECK_RE, exercise_code, load_cells
-from attention_course.registry import get_exercise
+from attention_course.tools.notebook import _CHECK_RE, exercise_code, load_cells
+from attention_course.checks.registry import get_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"

@@ -31,8 +31,8 @@ import pytest
 import yaml
 from nbclient import NotebookClient
 
-from attention_course.notebook import _CHECK_RE
-from attention_course.release import INSTALL_TAG, SOURCE_ENV, course_settings
+from attention_course.tools.notebook import _CHECK_RE
+from attention_course.tools.release import INSTALL_TAG, SOURCE_ENV, course_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))

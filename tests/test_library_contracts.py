@@ -22,8 +22,8 @@ import inspect
 import pytest
 
 from attention_course import functional, multihead, transformer
-from attention_course.checking import run_checks
-from attention_course.registry import get_exercise
+from attention_course.checks.checking import run_checks
+from attention_course.checks.registry import get_exercise
 
 # (label, what the alternative is called, the library object); alternative None: the reference.
 LIBRARY_ANSWERS = [

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader
 
-from attention_course.pdf import PdfError, make_pdf, reading_order
-from attention_course.release import solution_paths
+from attention_course.tools.pdf import PdfError, make_pdf, reading_order
+from attention_course.tools.release import solution_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 

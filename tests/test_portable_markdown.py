@@ -15,9 +15,9 @@ import nbformat
 import pytest
 from markdown_it import MarkdownIt
 
-from attention_course.notebook import exercise_labels, setup_code
-from attention_course.registry import all_exercises
-from attention_course.release import (INSTALL_TAG, Bibliography, CourseSettings, ReleaseError, course_settings,
+from attention_course.tools.notebook import exercise_labels, setup_code
+from attention_course.checks.registry import all_exercises
+from attention_course.tools.release import (INSTALL_TAG, Bibliography, CourseSettings, ReleaseError, course_settings,
                                       release_notebook, solution_paths)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,7 +221,7 @@ def test_student_facing_toolkit_shows_no_myst_markup():
     What a student opens, chapters/toolkit.ipynb (the one the chapters link to and the
     one a student release copies), is the portable form `release` writes: no target, no role,
     no directive. The MyST source the site is built from keeps every target a chapter refers to."""
-    from attention_course.release import TOOLKIT_SOURCE, toolkit_notebook
+    from attention_course.tools.release import TOOLKIT_SOURCE, toolkit_notebook
     student_text = (ROOT / "chapters" / "toolkit.ipynb").read_text(encoding="utf-8")
     assert student_text == toolkit_notebook(ROOT), "toolkit.ipynb is stale: run `attention-course release`"
     cells = _markdown_cells(ROOT / "chapters" / "toolkit.ipynb")

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.notebook import exercise_code, load_cells, with_exercise_code
-from attention_course.progress import DONE, FAILING, NOT_STARTED, ExerciseProgress, NotebookProgress, render
-from attention_course.registry import all_exercises, get_exercise
-from attention_course.release import solution_paths
+from attention_course.tools.notebook import exercise_code, load_cells, with_exercise_code
+from attention_course.tools.progress import DONE, FAILING, NOT_STARTED, ExerciseProgress, NotebookProgress, render
+from attention_course.checks.registry import all_exercises, get_exercise
+from attention_course.tools.release import solution_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = [int(p.name[:2]) for p in solution_paths(ROOT)]
 
 
 def _progress(*args, cwd=None):
-    result = subprocess.run([sys.executable, "-m", "attention_course.cli", "progress", *map(str, args)],
+    result = subprocess.run([sys.executable, "-m", "attention_course.tools.cli", "progress", *map(str, args)],
                             capture_output=True, text=True, cwd=cwd or ROOT, timeout=300)
     return result.returncode, result.stdout, result.stderr
 
@@ -110,7 +110,7 @@ def test_a_readers_notebook_right_wrong_endless_and_exiting(tmp_path):
 def _progress_in_process(capsys, *args):
     """The command in this process: for refusals that end before the sandbox starts (a new
     interpreter would spend seconds importing torch to print one line)."""
-    from attention_course.cli import main
+    from attention_course.tools.cli import main
     capsys.readouterr()
     status = main(["progress", *map(str, args)])
     out, err = capsys.readouterr()

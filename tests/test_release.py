@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.notebook import exercise_labels
-from attention_course.release import (CourseSettings, ReleaseError, generate, release, release_notebook, render,
+from attention_course.tools.notebook import exercise_labels
+from attention_course.tools.release import (CourseSettings, ReleaseError, generate, release, release_notebook, render,
                                       solution_paths)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_release_check_mode_reports_stale_and_writes_nothing(tmp_path):
     (tmp_path / "solutions" / source.name).write_bytes(source.read_bytes())
     stale = tmp_path / "chapters" / source.name
     stale.write_text("old\n")
-    cli = [sys.executable, "-m", "attention_course.cli", "release", "--root", str(tmp_path), "--check"]
+    cli = [sys.executable, "-m", "attention_course.tools.cli", "release", "--root", str(tmp_path), "--check"]
     result = subprocess.run(cli, capture_output=True, text=True)
     assert result.returncode == 1 and "stale" in result.stderr
     assert stale.read_text() == "old\n"
@@ -195,7 +195,7 @@ def test_cli_reports_release_errors_without_a_traceback(tmp_path):
     _course_copy(tmp_path)
     nb = _nb(("md", EX1), ("code", 'def f():\n    # BEGIN SOLUTION\n    return 1\n'), ("code", CHECK1))
     (tmp_path / "solutions" / "09_demo.ipynb").write_text(render(nb))
-    result = subprocess.run([sys.executable, "-m", "attention_course.cli", "release", "--root", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "attention_course.tools.cli", "release", "--root", str(tmp_path)],
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

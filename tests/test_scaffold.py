@@ -25,10 +25,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attention_course.registry import all_exercises
-from attention_course.release import (EXERCISE_INDEX, exercise_index, release, release_notebook,
+from attention_course.checks.registry import all_exercises
+from attention_course.tools.release import (EXERCISE_INDEX, exercise_index, release, release_notebook,
                                       solution_paths, stub_code)
-from attention_course.scaffold import (ScaffoldError, add_import, exercise_cells, exercises_end, parse_chapter,
+from attention_course.tools.scaffold import (ScaffoldError, add_import, exercise_cells, exercises_end, parse_chapter,
                                        plan_new_exercise, render_module, snake_case)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def _env(copy: Path) -> dict:
 
 
 def _command(*args) -> list:
-    return [sys.executable, "-m", "attention_course.cli", *map(str, args)]
+    return [sys.executable, "-m", "attention_course.tools.cli", *map(str, args)]
 
 
 def _run(copy: Path, *args, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -138,7 +138,7 @@ def test_the_skeleton_has_every_part_in_order(kind):
     positions = [text.index("\n" + s) for s in SECTIONS]
     assert positions == sorted(positions)
     head = text[:positions[0]]
-    assert "from ...registry import Alternative, Call, Check, Exercise, Mistake, register" in head
+    assert "from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register" in head
     assert "from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of" in head
     assert "mistakes = Kept(Mistake)\nalternatives = Kept(Alternative)\n" in head
     assert text.count("@mistakes.keep(") == 2 and text.count("@alternatives.keep(") == 3
@@ -265,7 +265,7 @@ from __future__ import annotations
 
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)
@@ -536,7 +536,7 @@ def _refusal_cases():
 def test_each_refusal_exits_2_with_one_line_and_writes_nothing(case, refusing_copy, monkeypatch, capsys):
     """The command's entry point, in this process (whose package is the copy's twin)."""
     args, words = _refusal_cases()[case]
-    from attention_course import cli, scaffold
+    from attention_course.tools import cli, scaffold
     monkeypatch.setattr(scaffold, "check_package_root", lambda root: None)
     before = _files(refusing_copy)
     status = cli.main(["new-exercise", *args, "--root", str(refusing_copy)])
@@ -565,7 +565,7 @@ def test_another_copy_of_the_package_is_refused(refusing_copy):
 def test_the_skeleton_imports_and_registers(kind, monkeypatch):
     """Rendered into a chapter package, the skeleton registers an exercise with two
     kept mistakes, three kept alternatives, a hidden check and the optional error check."""
-    from attention_course import registry
+    from attention_course.checks import registry
     monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))  # this session's registry stays as it is
     text = render_module("ch07_ex99", "A skeleton", "SkeletonThing", kind, 2, "TODO")
     namespace = {"__name__": "attention_course.exercises.ch07.ex99_skeleton_thing",

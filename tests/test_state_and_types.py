@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 import attention_course.exercises  # noqa: F401  (registers the exercises)
-from attention_course.calls import run_call
-from attention_course.checking import run_checks
-from attention_course.registry import Call
+from attention_course.checks.calls import run_call
+from attention_course.checks.checking import run_checks
+from attention_course.checks.registry import Call
 
 
 class _Scale(nn.Module):
@@ -52,7 +52,7 @@ def test_a_missing_parameter_or_an_unexpected_key_still_fails():
 def test_a_check_that_promises_finite_results_says_so_when_they_are_not():
     # The finiteness test of these compares once skipped every call (it looked for a status
     # "returned"; outcomes say "ok"), and NaN fell through to a generic value message.
-    from attention_course.registry import get_exercise
+    from attention_course.checks.registry import get_exercise
     for label, mistake_name in (("ch01_ex4", "exp then divide (underflow)"), ("ch02_ex2", "kernel over its sum")):
         mistake = next(m for m in get_exercise(label).mistakes if m.name == mistake_name)
         reasons = [r.reason for r in run_checks(label, mistake.impl) if not r.passed]

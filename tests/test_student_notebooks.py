@@ -8,8 +8,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from attention_course.notebook import _CHECK_RE
-from attention_course.release import INSTALL_TAG
+from attention_course.tools.notebook import _CHECK_RE
+from attention_course.tools.release import INSTALL_TAG
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from attention_course.registry import all_exercises
-from attention_course.student_build import StudentBuildError, build_store
-from attention_course.student_release import exposure_report, release_students
+from attention_course.checks.registry import all_exercises
+from attention_course.tools.student_build import StudentBuildError, build_store
+from attention_course.tools.student_release import exposure_report, release_students
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT_REPO = "https://github.com/example-instructor/attention-students"
@@ -79,7 +79,7 @@ def test_a_release_of_chapters_1_to_3_shows_no_graded_answer(release_1_3, tmp_pa
         "toolkit.ipynb"]  # the tensor toolkit's student notebook, beside the chapters'
     # The search can fail: a copy with one line of ch03_ex1's reference planted in it is caught.
     import inspect
-    from attention_course.registry import get_exercise
+    from attention_course.checks.registry import get_exercise
     copy = tmp_path / "copy"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("_build"))
     body = [line.strip() for line in inspect.getsource(get_exercise("ch03_ex1").reference).splitlines()
@@ -116,7 +116,7 @@ def test_the_released_package_has_no_answer_to_import(release_1_3, installed_1_3
     script.write_text(
         "import importlib, attention_course\n"
         "print('file', attention_course.__file__)\n"
-        "for name in ('attention_course.exercises', 'attention_course.exercises.ch03', 'attention_course.grading'):\n"
+        "for name in ('attention_course.exercises', 'attention_course.exercises.ch03', 'attention_course.tools.grading'):\n"
         "    try:\n"
         "        importlib.import_module(name)\n"
         "        print('imported', name)\n"
@@ -128,7 +128,7 @@ def test_the_released_package_has_no_answer_to_import(release_1_3, installed_1_3
         "    attn.masked_softmax(torch.zeros(1, 2, 3), torch.tensor([1]))\n"
         "except NotImplementedError as error:\n"
         "    print('withheld', error)\n"
-        "from attention_course.registry import all_exercises\n"
+        "from attention_course.checks.registry import all_exercises\n"
         "print('exercises', len(all_exercises()))\n", encoding="utf-8")
     run = subprocess.run(_isolated_python(tmp_path, installed_1_3) + [str(script)], capture_output=True,
                          text=True, timeout=300, cwd=tmp_path)
@@ -136,7 +136,7 @@ def test_the_released_package_has_no_answer_to_import(release_1_3, installed_1_3
     lines = run.stdout.splitlines()
     assert lines[0] == f"file {installed_1_3 / 'attention_course' / '__init__.py'}"
     assert lines[1:4] == ["absent attention_course.exercises", "absent attention_course.exercises.ch03",
-                          "absent attention_course.grading"]
+                          "absent attention_course.tools.grading"]
     assert lines[4].startswith("withheld attention_course.functional.masked_softmax is withheld in this release: "
                                "it is the answer to ch03_ex1")
     assert lines[5] == f"exercises {len(release_1_3.plan.released_labels())}"
@@ -144,7 +144,7 @@ def test_the_released_package_has_no_answer_to_import(release_1_3, installed_1_3
 
 def _check_script(notebook: Path, out: Path) -> None:
     """The notebook's setup, exercise and check cells (as the grader runs them), as one script."""
-    from attention_course.notebook import _CHECK_RE, exercise_code, load_cells, setup_code
+    from attention_course.tools.notebook import _CHECK_RE, exercise_code, load_cells, setup_code
     cells = load_cells(notebook)
     parts = ["import matplotlib\nmatplotlib.use('Agg')", setup_code(cells)]
     blocks = exercise_code(cells)
@@ -254,7 +254,7 @@ def test_course_yml_points_reach_gradebook_feedback_index_and_zip(tmp_path):
     config = tmp_path / "course.yml"
     config.write_text("chapters: 1-3\nexercises:\n  ch01_ex6:\n    points: 7\n", encoding="utf-8")
     env = dict(os.environ, ATTENTION_COURSE_CONFIG=str(config))
-    cli = [sys.executable, "-m", "attention_course.cli"]
+    cli = [sys.executable, "-m", "attention_course.tools.cli"]
     submissions = tmp_path / "class"
     submissions.mkdir()
     shutil.copy(ROOT / "solutions" / "01_queries_keys_values.ipynb", submissions / "alice.ipynb")
@@ -270,7 +270,7 @@ def test_course_yml_points_reach_gradebook_feedback_index_and_zip(tmp_path):
     refused = subprocess.run(cli + ["grade", str(submissions), "--chapter", "4"], capture_output=True, text=True,
                              env=env, timeout=120)
     assert refused.returncode == 2 and "chapter 4 is not released" in refused.stderr
-    index = subprocess.run([sys.executable, "-c", "from attention_course.release import exercise_index; "
+    index = subprocess.run([sys.executable, "-c", "from attention_course.tools.release import exercise_index; "
                             f"print(exercise_index({str(ROOT)!r}))"], capture_output=True, text=True, env=env)
     assert "| `temperature_for_peak` | 7 |" in index.stdout
     archive = tmp_path / "autograder.zip"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attention_course import check
-from attention_course.registry import REGISTRY, Call, Check, Exercise, Mistake, register
+from attention_course.checks.registry import REGISTRY, Call, Check, Exercise, Mistake, register
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,6 +64,6 @@ def test_progress_thorough_runs_every_check():
     assert done.returncode == 0, done.stderr
     assert "hidden ones included, on fresh inputs" in done.stdout
     assert "public checks" not in done.stdout
-    from attention_course.registry import all_exercises
+    from attention_course.checks.registry import all_exercises
     total = sum(len(e.checks) for e in all_exercises(1))
     assert f"{total}/{total} checks passed" in done.stdout, done.stdout

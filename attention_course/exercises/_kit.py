@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..registry import Check
+from ..checks.registry import Check
 
 ERROR_WEIGHT = 0.5  # an error-message check weighs half a value check
 
@@ -24,8 +24,8 @@ ERROR_WEIGHT = 0.5  # an error-message check weighs half a value check
 class Kept:
     """The kept mistakes (or kept alternatives) of one exercise, in the order they are kept.
 
-    ``kind`` is :class:`~attention_course.registry.Mistake` or
-    :class:`~attention_course.registry.Alternative`; both take ``(name, text, impl)``,
+    ``kind`` is :class:`~attention_course.checks.registry.Mistake` or
+    :class:`~attention_course.checks.registry.Alternative`; both take ``(name, text, impl)``,
     where ``text`` is the mistake's hint or the alternative's style. Keep a function or
     a class with the decorator, so that its hint sits right above its code::
 
@@ -108,7 +108,7 @@ def tensors_of(value):
 def finite_then_close(rtol, atol):
     """A compare for checks that promise finite results: every returned tensor must be finite
     wherever the reference's is (said plainly when it is not), then agree within rtol/atol."""
-    from ..checking import compare_all
+    from ..checks.checking import compare_all
 
     def compare(got, want, calls):
         for i, (g, w) in enumerate(zip(got, want)):

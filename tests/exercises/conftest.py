@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config, items):
     mine = [item for item in items if HERE in Path(item.path).resolve().parents]
     if not mine:
         return
-    from attention_course.registry import all_exercises
+    from attention_course.checks.registry import all_exercises
     known = {exercise.label for exercise in all_exercises()}
     bad = [f"  {item.nodeid} {problem}" for item in mine if (problem := _problem(item, known))]
     if bad:

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from attention_course.registry import all_exercises
+from attention_course.checks.registry import all_exercises
 
 from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
 

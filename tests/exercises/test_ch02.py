@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention_course.checking import outcomes_for, run_checks
-from attention_course.registry import get_exercise
+from attention_course.checks.checking import outcomes_for, run_checks
+from attention_course.checks.registry import get_exercise
 
 from exercise_helpers import (all_failures, assert_mistake, check_named, failed_checks, passes_everywhere,
                               statement)

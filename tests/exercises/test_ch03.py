@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from attention_course import functional as F_att
-from attention_course.registry import all_exercises
+from attention_course.checks.registry import all_exercises
 
 from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
 

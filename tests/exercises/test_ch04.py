@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from attention_course.exercises.ch04.ex3_self_attention import SelfAttention
-from attention_course.registry import all_exercises, get_exercise
+from attention_course.checks.registry import all_exercises, get_exercise
 
 from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, passes_everywhere
 

@@ -22,8 +22,8 @@ import pytest
 import torch
 from torch import nn
 
-from attention_course.checking import compare_all, outcomes_for, run_checks
-from attention_course.registry import get_exercise
+from attention_course.checks.checking import compare_all, outcomes_for, run_checks
+from attention_course.checks.registry import get_exercise
 
 from exercise_helpers import SEEDS, all_failures, assert_mistake, check_named, failed_checks, mistake_hint, statement
 

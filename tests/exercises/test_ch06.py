@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 from attention_course import multihead as mh
-from attention_course.checking import compare_all, outcomes_for
-from attention_course.dropout_checks import multihead_placement
-from attention_course.registry import get_exercise
+from attention_course.checks.checking import compare_all, outcomes_for
+from attention_course.checks.dropout_checks import multihead_placement
+from attention_course.checks.registry import get_exercise
 
 from exercise_helpers import ROOT, SEEDS, assert_mistake, failed_checks, mistake_hint, passes_everywhere
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from attention_course.checking import run_checks
+from attention_course.checks.checking import run_checks
 from exercise_helpers import (assert_mistake, failed_checks, failed_hidden_somewhere, mistake_hint,
                               passes_everywhere, statement)
 
@@ -111,7 +111,7 @@ EOS_CHECK = "a model that predicts <eos> early in every sequence"
 
 
 def _eos_check_calls(seed):
-    from attention_course.registry import get_exercise
+    from attention_course.checks.registry import get_exercise
     return next(c for c in get_exercise("ch07_ex3").checks if c.name == EOS_CHECK).make_calls(seed)
 
 

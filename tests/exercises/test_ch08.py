@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_course import transformer as tf
-from attention_course.checking import run_checks
-from attention_course.registry import get_exercise
+from attention_course.checks.checking import run_checks
+from attention_course.checks.registry import get_exercise
 
 from exercise_helpers import (SEEDS, check_hint, failed_checks, failed_hidden_somewhere, mistake_hint,
                               passes_everywhere, statement)

@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_course.checking import hidden_seed, judge, outcomes_for
-from attention_course.registry import all_exercises, get_exercise
+from attention_course.checks.checking import hidden_seed, judge, outcomes_for
+from attention_course.checks.registry import all_exercises, get_exercise
 
 from exercise_helpers import (BLAMING, assert_mistake, check_named, failed_checks, mistake_hint,
                               passes_everywhere, statement)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, shape_of
 
 mistakes = Kept(Mistake)

@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, finite_then_close, shape_of
 from .ex3_hard_lookup import _squared_distances
 

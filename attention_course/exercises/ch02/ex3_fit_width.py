@@ -28,7 +28,7 @@ import math
 import torch
 
 from ...data import make_regression_1d
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept
 from ._common import _check_width
 

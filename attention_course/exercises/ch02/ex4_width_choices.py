@@ -34,7 +34,7 @@ import math
 import torch
 
 from ...data import make_regression_1d
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept
 from ._common import _check_width
 from .ex3_fit_width import _check_1d_pair
@@ -107,7 +107,7 @@ _CHOICE_RTOL, _CHOICE_ATOL = 1e-4, 1e-6
 def _compare_choices(got, want, calls):
     """Errors within tolerance; each width must be a candidate whose (reference) error is the
     smallest up to that tolerance, so a near-tie between two candidates never decides."""
-    from ...checking import compare_values
+    from ...checks.checking import compare_values
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
         where = "the result" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: the result"
         if w["status"] == "raised":

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from ...data import make_regression_1d
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept
 from .ex3_fit_width import _check_1d_pair
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ...data import make_regression_1d
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint
 
 mistakes = Kept(Mistake)

@@ -22,7 +22,7 @@ from torch import nn
 import torch
 
 from ... import functional as F_att
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)

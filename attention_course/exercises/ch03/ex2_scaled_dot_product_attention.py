@@ -20,7 +20,7 @@ from torch.nn import functional as F
 import torch
 
 from ... import functional as F_att
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 from .ex1_masked_softmax import _ms_finite_mask
 

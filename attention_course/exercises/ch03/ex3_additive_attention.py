@@ -22,7 +22,7 @@ from torch import nn
 import torch
 
 from ... import functional as F_att
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, same_parameters
 from .ex1_masked_softmax import _ms_finite_mask, _ms_queries_axis
 

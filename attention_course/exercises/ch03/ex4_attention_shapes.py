@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import namedtuple
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 
 mistakes = Kept(Mistake)

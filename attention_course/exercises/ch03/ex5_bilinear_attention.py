@@ -31,7 +31,7 @@ from torch.nn import functional as F
 import torch
 
 from ... import functional as F_att
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, same_parameters, shape_of
 
 mistakes = Kept(Mistake)

@@ -37,7 +37,7 @@ import math
 import numpy as np
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)

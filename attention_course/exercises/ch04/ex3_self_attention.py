@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen
 from ._common import INPUTS
 

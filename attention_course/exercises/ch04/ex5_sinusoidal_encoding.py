@@ -19,7 +19,7 @@ import math
 import torch
 
 from ... import transformer as tf
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen
 
 mistakes = Kept(Mistake)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from torch import nn
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen
 
 mistakes = Kept(Mistake)

@@ -22,7 +22,7 @@ Conventions fixed by this chapter (stated in each exercise's contract):
   Parameter values are always loaded with ``state_dict``, so the order in which the
   layers are created does not matter.
 * Dropout (ex2, ex3) is checked by properties with
-  :func:`attention_course.dropout_checks.dropout_compare`, never by one random stream:
+  :func:`attention_course.checks.dropout_checks.dropout_compare`, never by one random stream:
   eval mode deterministic, ``p = 0`` equals eval mode, survivors scaled by ``1/(1-p)``
   with a fraction ``p`` zeroed, the mean of 40 seeded draws within 6 standard errors of
   the eval output, the spread of the draws that of dropout with drop probability ``p``,

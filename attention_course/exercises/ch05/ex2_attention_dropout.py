@@ -22,8 +22,8 @@ from torch import nn
 import torch
 import torch.nn.functional as F
 
-from ...dropout_checks import draw_calls, dropout_compare
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.dropout_checks import draw_calls, dropout_compare
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept
 
 mistakes = Kept(Mistake)

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from ... import multihead as mh
-from ...checking import compare_outcome
-from ...dropout_checks import draw_calls, dropout_compare
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.checking import compare_outcome
+from ...checks.dropout_checks import draw_calls, dropout_compare
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, qkv_state
 
 mistakes = Kept(Mistake)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)

@@ -25,7 +25,7 @@ Conventions fixed by this chapter (stated in each exercise's contract):
   the checks load the parameters with ``load_state_dict``, so the order in which a
   student creates the layers does not matter, but their names and shapes do. Its
   dropout is checked by properties of 40 seeded draws
-  (:mod:`attention_course.dropout_checks`), never by one random stream.
+  (:mod:`attention_course.checks.dropout_checks`), never by one random stream.
 * Error-message checks weigh a fifth to two fifths of a value check, so that they carry
   less than a fifth of the chapter's points. Every exercise keeps at least three
   correct alternatives (unflatten, chunks stacked, loops over heads, SDPA, einsum in

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
 from ._common import _head_dim, _mention_sizes
 

@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from ... import multihead as mh
-from ...dropout_checks import draw_calls, dropout_compare, multihead_placement, placement_text
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.dropout_checks import draw_calls, dropout_compare, multihead_placement, placement_text
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, qkv_state, randint
 from ._common import _head_dim, _mention_sizes
 
@@ -136,7 +136,7 @@ def _mha_train_hidden_calls(seed):
 _compare_mha_dropout = dropout_compare(p_of=lambda call: call.init_args[3], is_train=lambda call: call.train)
 
 
-# Where the dropout acts: see attention_course.dropout_checks.multihead_placement.
+# Where the dropout acts: see attention_course.checks.dropout_checks.multihead_placement.
 _PLACEMENT_P, _PLACEMENT_HEADS, _PLACEMENT_HEAD_DIM, _PLACEMENT_CTX = 0.3, 2, 3, 6
 
 

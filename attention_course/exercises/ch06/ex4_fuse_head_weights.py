@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ...checking import compare_outcome, mentions
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.checking import compare_outcome, mentions
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)

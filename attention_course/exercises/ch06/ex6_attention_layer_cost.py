@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 
 mistakes = Kept(Mistake)

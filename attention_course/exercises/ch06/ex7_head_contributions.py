@@ -32,8 +32,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...calls import MODULE_KEY
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.calls import MODULE_KEY
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, qkv_state, randint, shape_of
 
 mistakes = Kept(Mistake)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from torch import nn
 import torch
 
-from ...registry import Call
+from ...checks.registry import Call
 from .._kit import gen, randint
 
 

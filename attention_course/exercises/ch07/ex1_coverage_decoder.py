@@ -41,7 +41,7 @@ from torch import nn
 import torch
 import torch.nn.functional as F
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from ...translation import AttentionDecoder as _LibraryAttentionDecoder
 from .._kit import Kept, gen, randint, same_parameters
 from ._common import _gru_by_hand, _gru_state, _steps_mask

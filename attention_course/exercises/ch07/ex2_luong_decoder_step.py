@@ -30,7 +30,7 @@ from torch import nn
 import torch
 import torch.nn.functional as F
 
-from ...registry import Alternative, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, same_parameters
 from ._common import (_gru_by_hand, _gru_state, _step_call, _step_param_shapes_calls,
                       _step_random_call, _steps_mask)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)
@@ -91,7 +91,7 @@ def _score_is_float(got, want, calls):
         if type(items[1]) is not float:
             kind = "a tensor" if isinstance(items[1], torch.Tensor) else type(items[1]).__name__
             return f"monotonicity is {kind}, expected a Python float"
-    from ...checking import compare_outcome
+    from ...checks.checking import compare_outcome
     for g, w, c in zip(got, want, calls):
         reason = compare_outcome(g, w, _HA_VALUES, c)
         if reason:

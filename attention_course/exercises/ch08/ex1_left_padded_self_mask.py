@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ... import transformer as tf
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)

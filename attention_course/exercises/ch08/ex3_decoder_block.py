@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from ... import transformer as tf
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 from ._common import _Attention, _heads_of, _kpm, _lens
 

@@ -34,7 +34,7 @@ from torch import nn
 import torch
 
 from ... import transformer as tf
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 
 mistakes = Kept(Mistake)
@@ -112,7 +112,7 @@ _SHAPE_VALUES = Check("shape values", lambda seed: [], hint="")     # rtol/atol 
 
 def _compare_shape_values(got, want, calls):
     """The values of the dict (shapes and count), whatever the type of the containers and numbers."""
-    from ...checking import compare_outcome
+    from ...checks.checking import compare_outcome
     for i, (g, w, c) in enumerate(zip(got, want, calls)):
         if g.get("status") == "ok" and isinstance(g.get("value"), dict) and "__dict__" in g["value"]:
             g = dict(g, value={"__dict__": {k: _as_tuple_values(v) for k, v in g["value"]["__dict__"].items()}})
@@ -139,7 +139,7 @@ def _describe_plain(value):
 def _compare_shape_types(got, want, calls):
     """num_parameters an int, every shape a tuple (or torch.Size) of ints, on a result whose keys
     and values are right: an empty dict or constants must not pass a check of the types."""
-    from ...checking import compare_outcome
+    from ...checks.checking import compare_outcome
     wrong_values = _compare_shape_values(got, want, calls)
     if wrong_values:
         return wrong_values

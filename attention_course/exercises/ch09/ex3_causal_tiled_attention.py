@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 from ._common import NEG_INF
 
@@ -152,7 +152,7 @@ def _tiles_of_the_same_type(got, want, calls):
     or a float of the right value for the count); then the count's type, which must be the type
     the reference returns, a Python int. Comparing with want's type, not with int, lets an answer be
     matched to the kept mistake that returns the same type."""
-    from ...checking import compare_all
+    from ...checks.checking import compare_all
     reason = compare_all(got, want, _TILED_VALUES, calls)
     if reason:
         return reason

@@ -35,7 +35,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint
 
 mistakes = Kept(Mistake)

@@ -35,7 +35,7 @@ import math
 
 import torch
 
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint
 
 mistakes = Kept(Mistake)
@@ -178,7 +178,7 @@ def _close_for_the_score_size(got, want, calls):
     """The default comparison, with an absolute tolerance of max(1e-4, max|S| 2^-16): float32 rounds a
     score S by up to |S| 2^-24 and every order of the sums carries that into the gradients. The worst
     correct answer measured (D from P * dP) needed 24 |S| 2^-23 over 150 seeds: a margin of 5."""
-    from ...checking import compare_outcome, compare_values
+    from ...checks.checking import compare_outcome, compare_values
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
         if g["status"] != "ok" or w["status"] != "ok":
             reason = compare_outcome(g, w, _VALUES, call)
@@ -194,7 +194,7 @@ def _close_for_the_score_size(got, want, calls):
 def _raises_naming_block(got, want, calls):
     """The first call is valid and must return (its values are the other checks' business, so that a
     wrong value gets their hint, not this check's); every other call must raise ValueError naming block."""
-    from ...checking import compare_outcome
+    from ...checks.checking import compare_outcome
     if got[0]["status"] != "ok":             # the valid call raised: say what, as the other checks do
         return f"call 1 of {len(calls)} (block={calls[0].args[-1]!r}): " + compare_outcome(got[0], want[0], _VALUES)
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
@@ -211,7 +211,7 @@ def _within_the_tile_budget(got, want, calls):
     """The gradients first, as the other checks compare them; then the largest tensor created,
     which must be within the budget when the reference's is (and beyond it when want is a kept
     mistake's outcome that is, so that an answer can be matched to that mistake)."""
-    from ...checking import compare_all
+    from ...checks.checking import compare_all
     reason = compare_all(_without_extras(got), _without_extras(want), _VALUES, calls)
     if reason:
         return reason

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..checking import CheckResult
+from ...checks.checking import CheckResult
 from .grader import ExerciseResult, SubmissionResult
 
 FORMAT = "attention-course-shard"
@@ -63,7 +63,7 @@ def plan_fingerprint(plan) -> str:
     """What decides how a class is scored, as a digest: exercises, points, checks (name, public,
     points), kept mistakes, extra checks' files. Shards of different course versions or options
     differ here, and merge refuses them."""
-    from ..checking import check_points
+    from ...checks.checking import check_points
     shape = [[ep.label, ep.exercise.name, float(ep.exercise.points),
               [[cp.check.name, bool(cp.check.public), round(check_points(ep.exercise, cp.check), 6)]
                for cp in ep.checks],
@@ -161,7 +161,7 @@ def write_shard(out: Path, index: int, count: int, plan, class_names: list, resu
                 per_student: bool, log_header: list, ignored: list, seconds: float,
                 name: Optional[str] = None) -> Path:
     """Write ``out/shard-I-of-N.jsonl`` (or ``out/name``) atomically; return its path."""
-    from .. import __version__
+    from ... import __version__
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     header = {"format": FORMAT, "version": FORMAT_VERSION, "course_version": __version__,

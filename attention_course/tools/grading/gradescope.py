@@ -54,7 +54,7 @@ ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PYTHON="${AUTOGRADER_PYTHON:-python3}"
 cd "$ROOT/source"
 export PYTHONPATH="$ROOT/source"
-exec "$PYTHON" -m attention_course.grading.gradescope run --root "$ROOT"
+exec "$PYTHON" -m attention_course.tools.grading.gradescope run --root "$ROOT"
 """
 
 
@@ -73,7 +73,7 @@ def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, m
               jobs: int = 2, extra_checks: Optional[Path] = None, root: Optional[Path] = None,
               hidden_visibility: str = "after_published") -> list:
     """Write the autograder zip; return the names it holds."""
-    from ..registry import all_exercises
+    from ...checks.registry import all_exercises
     root = Path(root) if root else PACKAGE_DIR.parent
     if not all_exercises(chapter):
         raise ValueError(f"chapter {chapter} has no registered exercise")
@@ -177,7 +177,7 @@ def run(root: Path) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attention_course.grading.gradescope")
+    parser = argparse.ArgumentParser(prog="python -m attention_course.tools.grading.gradescope")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="grade /autograder/submission (what run_autograder calls)")
     r.add_argument("--root", default="/autograder")

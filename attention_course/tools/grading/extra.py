@@ -5,8 +5,8 @@ name) in the **grader's own process** (trusted instructor code; never in a child
 Each file uses this small API::
 
     import torch
-    from attention_course.grading.extra import add_check, add_exercise
-    from attention_course.registry import Call, Check, Exercise
+    from attention_course.tools.grading.extra import add_check, add_exercise
+    from attention_course.checks.registry import Call, Check, Exercise
 
     def _wide_calls(seed):
         g = torch.Generator().manual_seed(seed)
@@ -33,7 +33,7 @@ import importlib.util
 from pathlib import Path
 from typing import Optional
 
-from ..registry import LABEL_RE, Check, Exercise
+from ...checks.registry import LABEL_RE, Check, Exercise
 
 _CURRENT: Optional["ExerciseTable"] = None
 
@@ -59,7 +59,7 @@ class ExerciseTable:
             raise ExtraChecksError(f"add_check: no exercise {label!r} in this chapter "
                                    f"(known: {', '.join(sorted(self.exercises))})")
         if not isinstance(check, Check):
-            raise ExtraChecksError("add_check: pass an attention_course.registry.Check")
+            raise ExtraChecksError("add_check: pass an attention_course.checks.registry.Check")
         if any(c.name == check.name for c in self.exercises[label].checks):
             raise ExtraChecksError(f"add_check: {label} already has a check named {check.name!r}")
         self.exercises[label].checks.append(check)

@@ -21,7 +21,7 @@ import torch
 from .calls import run_call
 from .registry import Check, Exercise, get_exercise
 
-# In every message of attention_course.answers.no_credit_message (a grading child's too).
+# In every message of attention_course.checks.answers.no_credit_message (a grading child's too).
 NO_CREDIT_MARK = ": no credit for calling it; write your own "
 
 PASS, FAIL = "\u2713", "\u2717"  # ✓ ✗
@@ -420,7 +420,7 @@ def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] =
     (seconds per check), a check whose calls take longer fails with a clear reason
     and the remaining checks are not run. With ``refuse_answers`` (what ``check()``
     does), the course's own answers to this exercise raise while ``obj`` runs, as in
-    the grading child (:mod:`attention_course.answers`); kept alternatives that adapt
+    the grading child (:mod:`attention_course.checks.answers`); kept alternatives that adapt
     the library are checked without it. With ``first_failure``, the results end at the first
     check that fails (what a test needs to know of a wrong answer: that some check catches it).
     """

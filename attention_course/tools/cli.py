@@ -30,7 +30,7 @@ def _release(args) -> int:
 
 
 def _list(args) -> int:
-    from .registry import all_exercises
+    from ..checks.registry import all_exercises
     for ex in all_exercises(args.chapter):
         print(f"{ex.label}\t{ex.name}\t{ex.points:g} pt\t{len(ex.public_checks)} public / "
               f"{len(ex.checks)} graded checks\t{ex.title}")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..checking import FAIL, PASS
+from ...checks.checking import FAIL, PASS
 from ..notebook import printable
 
 SUMMARY_MD, HISTOGRAM_PNG, GRADES_CSV, LOG_NAME = "summary.md", "histogram.png", "grades.csv", "grading.log"

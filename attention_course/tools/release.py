@@ -39,7 +39,7 @@ Two forms of the student notebook come out of one solution notebook:
   (from ``$ATTENTION_COURSE_SOURCE`` when set, otherwise from the repository named
   by ``repository.url`` in ``_config.yml``) and does nothing otherwise.
 * **myst** (``portable=False``): the student edition of the site is built from it
-  (:mod:`attention_course.editions`), so the site keeps its exercise boxes and
+  (:mod:`attention_course.tools.editions`), so the site keeps its exercise boxes and
   footnoted citations. It has no install cell.
 
 The tensor toolkit is released the same way: its MyST source ``solutions/toolkit.ipynb`` is a page
@@ -59,7 +59,7 @@ from typing import Optional
 import nbformat
 
 from .notebook import _CHECK_RE
-from .registry import LABEL_RE as _LABEL_RE
+from ..checks.registry import LABEL_RE as _LABEL_RE
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 SOLUTION_ONLY_TAG = "solution-only"
@@ -413,7 +413,7 @@ def toolkit_notebook(root: Path, portable: bool = True, settings: Optional[Cours
 def _toolkit_anchors() -> dict:
     """``toolkit-…`` target -> the anchor a notebook client gives the heading after it (JupyterLab
     and Jupyter Notebook: the heading's text with spaces turned into hyphens)."""
-    path = Path(__file__).resolve().parents[1] / TOOLKIT_SOURCE
+    path = Path(__file__).resolve().parents[2] / TOOLKIT_SOURCE
     anchors: dict = {}
     try:
         cells = nbformat.read(str(path), as_version=4).cells
@@ -736,7 +736,7 @@ def solution_paths(root: Path, chapter: Optional[int] = None) -> list:
 
 
 def _registered() -> set:
-    from .registry import all_exercises
+    from ..checks.registry import all_exercises
     return {ex.label for ex in all_exercises()}
 
 
@@ -757,7 +757,7 @@ EXERCISE_INDEX = "exercises.md"
 
 def exercise_index(root: Path) -> str:
     """The site's page listing every exercise by label, with links (generated)."""
-    from .registry import all_exercises
+    from ..checks.registry import all_exercises
     titles = {}
     for path in solution_paths(root):
         nb = nbformat.read(path, as_version=4)

@@ -1,6 +1,6 @@
 """Item analysis of a graded class: which checks the class passed, and which mistakes it made.
 
-For every failed check, :func:`attention_course.checking.judge` (in the grader's own process)
+For every failed check, :func:`attention_course.checks.checking.judge` (in the grader's own process)
 already decides which kept mistake the answer behaves like: same values, or the same error
 and message, on the same calls. The feedback shows that mistake's hint; this module counts
 those decisions over the class, so that an instructor reads "23 students scaled the scores
@@ -152,7 +152,7 @@ def analyse(results: list, plan) -> list:
 
 
 def _check_points(exercise, check) -> float:
-    from ..checking import check_points
+    from ...checks.checking import check_points
     return round(check_points(exercise, check), 4)
 
 

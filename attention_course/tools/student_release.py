@@ -7,7 +7,7 @@ It writes, into ``OUT``, a self-contained student repository for the chapters re
   package from **this** repository (``--repository-url``, or ``student_repository`` in
   ``course.yml``);
 * ``chapters/toolkit.ipynb`` -- the tensor toolkit in its portable form, which the chapters link to;
-* ``attention_course/`` -- the student build of the package (:mod:`attention_course.student_build`):
+* ``attention_course/`` -- the student build of the package (:mod:`attention_course.tools.student_build`):
   no reference, no hidden check, no library piece that answers a graded exercise; public checks
   that compare with outputs stored when the release was made; ``pyproject.toml`` and
   ``requirements.txt`` to install it;
@@ -101,8 +101,8 @@ def answer_lines(label: str, root: Path) -> set:
     its reference's body, and the bodies of the library pieces that answer it."""
     import importlib
     import inspect
-    from .answers import blocked_answers
-    from .registry import get_exercise
+    from ..checks.answers import blocked_answers
+    from ..checks.registry import get_exercise
     from .release import solution_paths
     exercise = get_exercise(label)
     lines = set()
@@ -157,7 +157,7 @@ def exposure_report(out: Path, plan: ReleasePlan, root: Path) -> list:
     ``not released``. ``found`` lists every released file (source, notebooks, site, package,
     data) in which a distinctive line of the exercise's answer appears, with the first such line.
     """
-    from .registry import all_exercises
+    from ..checks.registry import all_exercises
     out = Path(out)
     files = [p for p in sorted(out.rglob("*")) if p.is_file() and ".git" not in p.parts
              and "__pycache__" not in p.parts]
@@ -304,7 +304,7 @@ def intro_text(root: Path, plan: ReleasePlan, titles: dict) -> str:
 
 
 def exercise_index(plan: ReleasePlan, titles: dict) -> str:
-    from .registry import all_exercises
+    from ..checks.registry import all_exercises
     lines = ["# The exercises", "", "Every exercise of this release, by label.", ""]
     for chapter in plan.chapters:
         stem, name = titles[chapter]
@@ -366,7 +366,7 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
              build: bool, store_cache: Optional[dict] = None,
              jupyterhub_url: Optional[str] = None) -> StudentRelease:
     import nbformat
-    from . import __version__
+    from .. import __version__
     from .course_config import active
     from .release import CourseSettings, chapter_number, release_notebook, render, solution_paths
     root, out = Path(root).resolve(), Path(out).resolve()

@@ -24,7 +24,7 @@ from typing import Optional
 # cell of many opening lines, which a submission controls.
 _EXERCISE_OPEN_RE = re.compile(r"(?:```+|:::+)\{exercise\}")
 _EXERCISE_LABEL_LINE_RE = re.compile(r"[ \t]*:label:[ \t]*(\S+)")
-# The portable form written by the release generator (attention_course.release).
+# The portable form written by the release generator (attention_course.tools.release).
 _EXERCISE_HEADING_RE = re.compile(r"^#{1,6}[ \t]+Exercise[ \t]+\d+[ \t]+\((ch\d\d_ex\d+)\)", re.M)
 _CHECK_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
 

@@ -13,7 +13,7 @@ An exercise (label ``chNN_exM``) registers
 
 A :class:`Call` is plain data (tensors, numbers, strings), so the same check can run
 in the notebook (in-process) or be handed to an untrusted child process by the
-grader, which only needs :func:`attention_course.calls.run_call` to execute it.
+grader, which only needs :func:`attention_course.checks.calls.run_call` to execute it.
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ class Exercise:
     alternatives: list = field(default_factory=list)
     points: float = 1.0
     kind: str = "function"  # or "class"
-    # A student build (attention_course.student_build) registers exercises without their
+    # A student build (attention_course.tools.student_build) registers exercises without their
     # reference: the public checks' expected outcomes and the kept mistakes' outcomes are
     # stored data, and the argument names (for feedback) are stored beside them.
     input_names: Optional[list] = None
@@ -169,27 +169,35 @@ def register(exercise: Exercise) -> Exercise:
 
 def _load_exercises() -> bool:
     """Import the exercise modules (which fills the registry); False in a student build, whose
-    public checks are stored data registered by its ``public_checks`` package."""
+    public checks are stored data registered by its ``public_checks`` package. The engine finds
+    the exercises by name, as plug-ins: it depends on none of their code."""
+    import importlib
     import importlib.util
-    if importlib.util.find_spec(f"{__package__}.exercises") is None:
-        from . import public_checks  # noqa: F401
+    package = __package__.split(".")[0]
+    if importlib.util.find_spec(f"{package}.exercises") is None:
+        importlib.import_module(f"{package}.public_checks")
         return False
-    from . import exercises  # noqa: F401
+    importlib.import_module(f"{package}.exercises")
     return True
 
 
-_CONFIGURED = []
+_LOADED: list = []   # [True] once the full course's exercises are loaded ([False]: a student build's)
+_PENDING: list = []  # hooks to run on the next lookup, once (see when_loaded)
+
+
+def when_loaded(hook: Callable[[bool], None]) -> None:
+    """Run ``hook(full)`` once, on the first lookup of an exercise from now on, after the exercises
+    are loaded (``full`` is False in a student build). The instructor's tools set the points and
+    weights of ``course.yml`` this way (:mod:`attention_course.tools.course_config`): the engine
+    itself knows nothing of a course's configuration."""
+    _PENDING.append(hook)
 
 
 def _load_all() -> None:
-    # The first time, the instructor's course.yml sets points and weights (course_config).
-    if _CONFIGURED:  # every lookup comes here: once loaded and configured, nothing to do
-        return
-    full = _load_exercises()
-    _CONFIGURED.append(True)
-    if full:
-        from . import course_config
-        course_config.apply(course_config.load())
+    if not _LOADED:
+        _LOADED.append(_load_exercises())
+    while _PENDING:  # every lookup comes here: once loaded and configured, nothing to do
+        _PENDING.pop(0)(_LOADED[0])
 
 
 def get_exercise(label: str) -> Exercise:
@@ -211,7 +219,7 @@ def all_exercises(chapter: Optional[int] = None) -> list:
 
 def exercises_from_store(data: dict, compares) -> list:
     """The exercises of a student build, from its stored public checks (see
-    :mod:`attention_course.student_build`): ``data`` as stored, ``compares(label)`` the module
+    :mod:`attention_course.tools.student_build`): ``data`` as stored, ``compares(label)`` the module
     holding that exercise's shipped compares. No reference: the checks carry the reference's
     stored outcomes, the kept mistakes theirs."""
     out = []

@@ -28,7 +28,7 @@ For every request it forks a child that
    or re-importing the module that holds it raises the same kind of error (so the gc,
    an alias, a subclass, ``importlib.reload`` or ``sys.modules`` give nothing);
 4. executes the notebook's setup cell and the exercise's cells, fetches the object by
-   name, runs each check's calls with ``attention_course.calls.run_call`` and writes
+   name, runs each check's calls with ``attention_course.checks.calls.run_call`` and writes
    the plain outcomes as data (:func:`dump_outcome`) to ``outcomes.bin`` after every check (so a
    timeout still keeps the checks that finished).
 
@@ -250,139 +250,6 @@ def _describe_error(error: BaseException, sources: dict) -> dict:
             "message": str(error)[:1500], "where": where}
 
 
-def _raising_code(message: str, freevars: int):
-    """A code object that raises RuntimeError(message), with ``freevars`` free variables
-    (a function's ``__code__`` may only be replaced by code with as many)."""
-    names = [f"_free{i}" for i in range(freevars)]
-    lines = ["def _outer():"] + [f"    {n} = None" for n in names] + ["    def _inner(*args, **kwargs):"]
-    if names:
-        lines.append(f"        ({', '.join(names)},)")
-    lines += [f"        raise RuntimeError({message!r})", "    return _inner"]
-    namespace = {}
-    exec("\n".join(lines), namespace)  # noqa: S102 - our own fixed template, no student text
-    return namespace["_outer"]().__code__
-
-
-def _disable_function(function, message: str, undo=None) -> None:
-    """Make this very function object raise: aliases, references kept elsewhere and the
-    object found by walking the garbage collector all share its code. A decorated
-    function's original (``__wrapped__``) is disabled too. With ``undo`` (a list), each
-    ``(function, original code)`` is recorded so that the caller can restore it
-    (``attention_course.answers.answers_refused``; a grading child never restores)."""
-    seen = set()
-    while isinstance(function, types.FunctionType) and id(function) not in seen:
-        seen.add(id(function))
-        code = function.__code__
-        if undo is not None:
-            undo.append((function, code))
-        function.__code__ = _raising_code(message, len(code.co_freevars))
-        function = getattr(function, "__wrapped__", None)
-
-
-def _own_functions(cls) -> list:
-    """The functions defined in the body of ``cls`` (methods, class/static methods, property
-    accessors), not a helper of the module that the class merely refers to."""
-    found = []
-    for member in vars(cls).values():
-        if isinstance(member, (classmethod, staticmethod)):
-            candidates = [member.__func__]
-        elif isinstance(member, property):
-            candidates = [member.fget, member.fset, member.fdel]
-        else:
-            candidates = [member]
-        for function in candidates:
-            if (isinstance(function, types.FunctionType) and function.__module__ == cls.__module__
-                    and function.__qualname__.startswith(cls.__qualname__ + ".")):
-                found.append(function)
-    return found
-
-
-def _disable_class(cls, message: str, undo=None, _seen=None) -> None:
-    """Make this very class refuse to be built, subclassed or used through its methods.
-
-    With ``undo`` (restorable, for ``check()`` in a notebook) only its own methods are disabled
-    and recorded: CPython cannot give a class back its inherited ``__new__`` once one was set,
-    so construction and subclassing are refused only where nothing is restored (the child)."""
-    _seen = set() if _seen is None else _seen
-    if cls in _seen:
-        return
-    _seen.add(cls)
-
-    def _new(klass, *args, __message=message, **kwargs):
-        raise RuntimeError(__message)
-
-    def _subclass(klass, __message=message, **kwargs):
-        raise RuntimeError(__message)
-
-    # Its own methods first: an instance made with object.__new__, a class whose
-    # __bases__ are reassigned, or a method called on another object gets nowhere either.
-    for function in _own_functions(cls):
-        _disable_function(function, message, undo)
-    if undo is None:
-        cls.__new__ = _new
-        cls.__init_subclass__ = classmethod(_subclass)
-    for sub in cls.__subclasses__():  # classes derived from it (the runtime's, or a student's)
-        _disable_class(sub, message, undo, _seen)
-
-
-class _RefuseReimport:
-    """A meta-path finder, first on ``sys.meta_path`` in the child: importing anew a runtime
-    module that holds a blocked answer (``importlib.reload``, or deleting it from
-    ``sys.modules`` and importing it again) would build fresh, working copies of the
-    disabled objects, so it raises a clear "no credit" error instead."""
-
-    def __init__(self, messages: dict):
-        self.messages = messages
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in self.messages:
-            return None
-        import importlib.machinery
-        return importlib.machinery.ModuleSpec(name, self)
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        raise RuntimeError(self.messages[module.__name__])
-
-
-def _block_reference(blocked: list) -> None:
-    """Make the runtime's own answer to the exercise being graded raise, for no credit.
-
-    Rebinding the name is not enough (the original object stays reachable through
-    other references and the garbage collector): the original object itself is
-    disabled, its code replaced; a class refuses construction and subclassing and its
-    methods raise. Re-importing or reloading the module that holds it is refused too.
-    (Reading the module's source to run it again is denied by Landlock: the runtime's
-    ``.py`` files are not among the paths a child may read.)
-    """
-    reimport = {}
-    for entry in blocked:
-        module_name, attr, label = entry[:3]
-        module = sys.modules.get(module_name)
-        if module is None or not hasattr(module, attr):
-            continue
-        # The parent's words (attention_course.answers.no_credit_message), which check() uses too.
-        message = entry[3] if len(entry) > 3 else (
-            f"{module_name}.{attr} is the course's answer to {label}: no credit for calling it; "
-            f"write your own {attr}")
-        reimport.setdefault(module_name, f"{module_name} holds the course's answer to {label} "
-                                         f"({attr}): reloading or re-importing it earns no credit; "
-                                         f"write your own {attr}")
-        original = getattr(module, attr)
-        if isinstance(original, type):
-            _disable_class(original, message)
-        elif isinstance(original, types.FunctionType):
-            _disable_function(original, message)
-        else:  # any other callable: at least the names refuse
-            def _no_credit(*args, __message=message, **kwargs):
-                raise RuntimeError(__message)
-            setattr(module, attr, _no_credit)
-    if reimport:
-        sys.meta_path.insert(0, _RefuseReimport(reimport))
-
-
 def _child(req: dict, state: dict) -> None:
     """Runs in the forked child. Never returns: always ends with os._exit."""
     code = 70
@@ -492,8 +359,9 @@ def _run_student(req: dict, state: dict) -> int:
     import torch
     # Keep our own references: the student's code may monkeypatch torch or builtins.
     dump, replace, SimpleNamespace = dump_outcome, os.replace, __import__("types").SimpleNamespace
-    from attention_course.calls import run_call
-    _block_reference(req["blocked"])
+    from attention_course.checks.calls import run_call
+    from attention_course.checks.disable import block_answers  # imported by the zygote, before the sandbox
+    block_answers(req["blocked"])
     calls = state["calls"][req["calls_path"]]
     own = req.get("student_calls_path")
     if own:  # one student's hidden checks, over the class's calls (None: the class's own)

@@ -42,7 +42,7 @@ from typing import Iterable, Optional
 
 import nbformat
 
-from .registry import LABEL_RE
+from ..checks.registry import LABEL_RE
 
 _HEADING_RE = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t#]*$")
 _FENCE_RE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,}|:{3,})")
@@ -220,7 +220,7 @@ _MODULE = '''\
 from __future__ import annotations
 
 {imports}
-from ...registry import Alternative, Call, Check, Exercise, Mistake, register
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of
 
 mistakes = Kept(Mistake)
@@ -544,7 +544,7 @@ def plan_new_exercise(root: Path, chapter, title: str, name: str, kind: str = "f
     if not init_path.is_file():
         raise ScaffoldError(f"unknown chapter {chapter}: no exercise package {init_path}")
     if exercises is None:
-        from .registry import all_exercises
+        from ..checks.registry import all_exercises
         try:
             exercises = all_exercises()
         except Exception as error:  # an author's module in the middle of an edit

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..notebook import NotebookError, exercise_code, load_cells
-from ..registry import all_exercises
+from ...checks.registry import all_exercises
 from .grader import MAX_NOTEBOOK_BYTES, Submission
 from .reports import csv_safe
 

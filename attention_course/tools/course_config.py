@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..checks.registry import when_loaded
+
 CONFIG_NAME = "course.yml"
 CONFIG_ENV = "ATTENTION_COURSE_CONFIG"
 _KEYS = {"chapters", "answers_released", "practice", "student_repository", "jupyterhub_url", "exercises"}
@@ -52,7 +54,7 @@ def default_path() -> Path:
     env = os.environ.get(CONFIG_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1] / CONFIG_NAME
+    return Path(__file__).resolve().parents[2] / CONFIG_NAME
 
 
 def parse_chapters(value, where: str) -> Optional[list]:
@@ -101,7 +103,7 @@ def load(path: Optional[Path] = None) -> CourseConfig:
     unknown = sorted(set(data) - _KEYS)
     if unknown:
         raise CourseConfigError(f"{path}: unknown setting {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
-    from .registry import REGISTRY, _load_exercises
+    from ..checks.registry import REGISTRY, _load_exercises
     _load_exercises()
     config = CourseConfig(path=path)
     config.chapters = parse_chapters(data.get("chapters"), f"{path}: chapters")
@@ -174,7 +176,7 @@ _APPLIED: dict = {"config": None}
 def apply(config: CourseConfig) -> None:
     """Set the registry's points and weights from ``config`` (from the package's own values, so
     applying twice, or another config, never compounds)."""
-    from .registry import REGISTRY
+    from ..checks.registry import REGISTRY
     for label, exercise in REGISTRY.items():
         if label not in _ORIGINAL:
             _ORIGINAL[label] = (exercise.points, {c.name: c.weight for c in exercise.checks})
@@ -189,6 +191,16 @@ def apply(config: CourseConfig) -> None:
 
 def active() -> CourseConfig:
     """The configuration in force (reading the default file the first time)."""
-    from .registry import _load_all
-    _load_all()
+    from ..checks.registry import _load_all
+    _load_all()  # runs _apply_on_load the first time
     return _APPLIED["config"] or CourseConfig()
+
+
+def _apply_on_load(full: bool) -> None:
+    if full:  # a student build stores its points with its checks
+        apply(load())
+
+
+# The first lookup of an exercise in a process that uses the instructor's tools sets the points and
+# weights of course.yml (attention_course.tools imports this module).
+when_loaded(_apply_on_load)

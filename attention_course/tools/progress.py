@@ -7,7 +7,7 @@ prints one table per notebook: each exercise, its checks passed, the next exerci
 to do, and a total for the course.
 
 The reader's code runs exactly as the grader runs a student's: in a sandboxed child
-process (:mod:`attention_course.grading`) that executes only the setup cell and the
+process (:mod:`attention_course.tools.grading`) that executes only the setup cell and the
 exercise's cells, with a time and memory limit per exercise. An infinite loop, a
 crash or a ``sys.exit()`` in one exercise costs that exercise, never the command.
 Notebooks that are not course notebooks are named and skipped (the tensor toolkit beside the
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from .notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, printable
-from .registry import LABEL_RE
+from ..checks.registry import LABEL_RE
 from .release import TOOLKIT
 
 SKIP_DIRS = {".git", ".venv", "venv", "_build", "node_modules", "__pycache__", ".ipynb_checkpoints", "site-packages"}
@@ -85,7 +85,7 @@ def find_notebooks(path: Path) -> list:
 
 def identify(path: Path) -> tuple:
     """``(chapter, title)`` of a course notebook; :class:`NotCourseNotebook` otherwise."""
-    from .registry import all_exercises
+    from ..checks.registry import all_exercises
     try:
         cells = load_cells(path)
     except NotebookError as error:
@@ -112,9 +112,9 @@ def public_plan(chapter: int, thorough_seed: Optional[int] = None):
     ``thorough_seed``, every check (hidden ones included) on inputs drawn from that seed."""
     import torch
 
-    from .checking import hidden_seed, outcomes_for
+    from ..checks.checking import hidden_seed, outcomes_for
     from .grading.grader import CheckPlan, ExercisePlan, GradingPlan, _blocked_names, standard_setup
-    from .registry import all_exercises
+    from ..checks.registry import all_exercises
 
     state = torch.random.get_rng_state()
     try:
@@ -281,7 +281,7 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
 
 
 def main(args) -> int:
-    """The ``attention-course progress`` command (arguments parsed by :mod:`attention_course.cli`)."""
+    """The ``attention-course progress`` command (arguments parsed by :mod:`attention_course.tools.cli`)."""
     target = Path(args.path) if args.path else (Path("chapters") if Path("chapters").is_dir() else Path("."))
     try:
         paths = find_notebooks(target)
@@ -315,7 +315,7 @@ def main(args) -> int:
     bar = None
     if sys.stderr.isatty():
         from tqdm import tqdm
-        from .registry import all_exercises
+        from ..checks.registry import all_exercises
         total = sum(len(all_exercises(chapter)) for _, chapter, _ in notebooks)
         bar = tqdm(total=total, desc="checking your exercises", unit="exercise", file=sys.stderr, leave=False)
     start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Run a :class:`~attention_course.registry.Call` on an object and record the outcome
+"""Run a :class:`~attention_course.checks.registry.Call` on an object and record the outcome
 as plain data.
 
 This module holds no reference solution and no check: it is all that an untrusted
@@ -78,7 +78,7 @@ MODULE_KEY = "__course_module__"
 def _build_module(spec: dict) -> torch.nn.Module:
     import importlib
     path, _, name = spec[MODULE_KEY].rpartition(".")
-    cls = getattr(importlib.import_module(f"{__package__}.{path}"), name)
+    cls = getattr(importlib.import_module(f"{__package__.split('.')[0]}.{path}"), name)
     module = cls(*[_copy_arg(a) for a in spec.get("init_args", ())],
                  **{k: _copy_arg(v) for k, v in spec.get("init_kwargs", {}).items()})
     module.load_state_dict({k: v.clone() for k, v in spec["state_dict"].items()})

@@ -19,7 +19,7 @@ homework hands out a **student build** instead (:func:`write_package`). It holds
 **Which answers are withheld.** Every exercise's answer is withheld unless the instructor
 opens it: a *practice* exercise, or an exercise of a chapter whose answers are released
 (its deadline has passed). A library piece that is a withheld exercise's answer
-(:func:`attention_course.answers.blocked_answers`) keeps its name in the shipped module,
+(:func:`attention_course.checks.answers.blocked_answers`) keeps its name in the shipped module,
 bound to a stand-in (:mod:`attention_course.withheld`) that calls the student's own answer
 of the same name. So chapter 3's later cells run on the student's own ``masked_softmax``.
 
@@ -45,18 +45,29 @@ from typing import Any, Optional
 
 import torch
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+from ..rooms import LIBRARY, LIBRARY_SUPPORT, room_of
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = __name__.split(".")[0]
 
-# Modules every student build ships: the checking machinery, plots, data sets, the stand-ins
-# and the site's Sphinx extension. None of them holds an answer.
-BASE_MODULES = ("__init__", "calls", "checking", "registry", "answers", "plotting", "data", "withheld",
-                "sphinxext")
+# Modules every student build ships (attention_course.rooms): the package's face, the check engine,
+# plots, data sets, the stand-ins, the rule itself and the site's Sphinx extension. None of them
+# holds an answer. Modules are named relative to the package, dotted ("checks.registry").
+BASE_MODULES = tuple(["__init__"] + sorted(f"checks.{p.stem}" for p in (PACKAGE_DIR / "checks").glob("*.py")
+                                           if p.stem != "__init__")
+                     + ["plotting", "data"] + list(LIBRARY_SUPPORT))
 # Library modules a notebook may import; shipped only when a released chapter needs them.
-LIBRARY_MODULES = ("functional", "multihead", "translation", "transformer", "efficient")
-# Never shipped, whatever imports them.
-NEVER_SHIPPED = {"exercises", "grading", "release", "student_build", "scaffold", "cli", "editions", "pdf",
-                 "progress", "notebook", "course_config"}
+LIBRARY_MODULES = tuple(m for m in LIBRARY if m not in BASE_MODULES)
+
+
+def never_shipped(name: str) -> bool:
+    """The exercises and the instructor's tools never ship, whatever imports them."""
+    return room_of(name) in ("exercises", "tools")
+
+
+def module_path(name: str) -> Path:
+    """The source file of package module ``name`` ("checks.registry" -> checks/registry.py)."""
+    return PACKAGE_DIR / (name.replace(".", "/") + ".py")
 DATA_DIRS = ("pretrained",)
 DATA_SUFFIXES = (".pt", ".csv", ".txt", ".json")
 STORE_NAME = "checks.pt"
@@ -83,14 +94,14 @@ class ReleasePlan:
     reasons: dict = field(default_factory=dict)  # label -> why it is open (practice / answers released)
 
     def released_labels(self) -> list:
-        from .registry import all_exercises
+        from ..checks.registry import all_exercises
         return [ex.label for ex in all_exercises() if ex.chapter in self.chapters]
 
 
 def plan_release(chapters, practice=(), answers_released=()) -> ReleasePlan:
     """Which exercises a release of ``chapters`` grades. ``practice``: labels whose answers may
     ship; ``answers_released``: chapters whose deadlines have passed (all their answers may ship)."""
-    from .registry import all_exercises, get_exercise
+    from ..checks.registry import all_exercises, get_exercise
     exercises = all_exercises()
     known = {ex.chapter for ex in exercises}
     chapters = sorted({int(c) for c in chapters})
@@ -146,31 +157,38 @@ def modules_named(code: str) -> set:
                 found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(f"{PACKAGE}.")}
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == PACKAGE:
                 found.add(node.attr)
-    return {name for name in found if (PACKAGE_DIR / f"{name}.py").is_file()}
+    return {name for name in found if module_path(name).is_file()}
 
 
 def package_imports(name: str) -> set:
-    """The package modules that module ``name`` imports, at any depth of its code."""
-    tree = ast.parse((PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8"))
+    """The package modules (dotted, relative to the package) that module ``name`` imports, at any
+    depth of its code."""
+    import importlib.util
+    tree = ast.parse(module_path(name).read_text(encoding="utf-8"))
+    package = PACKAGE + ("." + name.rsplit(".", 1)[0] if "." in name else "")
+    if name == "__init__":
+        package = PACKAGE
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
-                out.add(node.module.split(".")[0])
-            elif node.level == 1:
-                out |= {a.name for a in node.names}
-            elif node.level == 0 and (node.module or "").startswith(f"{PACKAGE}."):
-                out.add(node.module.split(".")[1])
+            base = (importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                    if node.level else (node.module or ""))
+            if base != PACKAGE and not base.startswith(f"{PACKAGE}."):
+                continue
+            short = base[len(PACKAGE) + 1:]
+            out |= {f"{short}.{a.name}" if short else a.name for a in node.names}
+            if short:
+                out.add(short)
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith(f"{PACKAGE}.")}
-    return {m for m in out if (PACKAGE_DIR / f"{m}.py").is_file() or (PACKAGE_DIR / m).is_dir()}
+            out |= {a.name[len(PACKAGE) + 1:] for a in node.names if a.name.startswith(f"{PACKAGE}.")}
+    return {m for m in out if module_path(m).is_file() or (PACKAGE_DIR / m.replace(".", "/")).is_dir()}
 
 
 def _closure(names: set) -> set:
     todo, seen = list(names), set()
     while todo:
         name = todo.pop()
-        if name in seen or name in NEVER_SHIPPED or not (PACKAGE_DIR / f"{name}.py").is_file():
+        if name in seen or never_shipped(name) or not module_path(name).is_file():
             continue
         seen.add(name)
         todo.extend(package_imports(name))
@@ -202,8 +220,8 @@ SAME_CONTRACT = {"multihead.SDPAMultiHeadAttention"}
 def withheld_pieces(plan: ReleasePlan, modules: set) -> list:
     """The library pieces, in the shipped ``modules``, that answer a withheld exercise."""
     import importlib
-    from .answers import blocked_answers
-    from .registry import get_exercise
+    from ..checks.answers import blocked_answers
+    from ..checks.registry import get_exercise
     out = []
     for label in plan.withheld:
         exercise = get_exercise(label)
@@ -241,7 +259,7 @@ def _names_used(node: ast.AST) -> set:
 
 def strip_module(name: str, pieces: list) -> str:
     """Module ``name``'s source with every withheld piece's definition replaced by a stand-in."""
-    source = (PACKAGE_DIR / f"{name}.py").read_text(encoding="utf-8")
+    source = module_path(name).read_text(encoding="utf-8")
     mine = {p.attr: p for p in pieces if p.module == name}
     if not mine:
         return source
@@ -290,7 +308,7 @@ def _module_graph(modules: set) -> tuple:
     """
     edges, import_time, bases = {}, set(), {}
     for module in sorted(modules):
-        tree = ast.parse((PACKAGE_DIR / f"{module}.py").read_text(encoding="utf-8"))
+        tree = ast.parse(module_path(module).read_text(encoding="utf-8"))
         defined = {getattr(n, "name", None) for n in tree.body} | {
             t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
         objects, aliases = {}, {}
@@ -339,7 +357,7 @@ def uses_of_withheld(plan: ReleasePlan, modules: set, pieces: list, notebooks: d
     student's class); not by what another released chapter's notebook reaches, not by a
     module's import-time code, and not as the base class of shipped code.
     """
-    from .registry import get_exercise
+    from ..checks.registry import get_exercise
     edges, import_time, bases = _module_graph(modules)
     keys = {(p.module, p.attr): p for p in pieces}
     problems = []
@@ -428,18 +446,18 @@ class _CodeCollector:
         if isinstance(obj, types.ModuleType):
             full = obj.__name__
             if full.startswith(f"{PACKAGE}."):
-                self._package_module(full.split(".")[1])
+                self._package_module(full[len(PACKAGE) + 1:])
             self.imports[name] = f"import {full}" if full == name else f"import {full} as {name}"
             return
         if isinstance(obj, (bool, int, float, str, type(None))) or (
                 isinstance(obj, tuple) and all(isinstance(x, (bool, int, float, str, type(None))) for x in obj)):
             self.constants[name] = f"{name} = {obj!r}"
             return
-        from .registry import Check
+        from ..checks.registry import Check
         if isinstance(obj, Check):  # a compare's own settings (tolerances, words to mention)
             if obj.compare is not None or callable(obj.must_mention):
                 raise StudentBuildError(f"a public check's compare uses the Check {name} with code of its own")
-            self.imports.setdefault("Check", f"from {PACKAGE}.registry import Check")
+            self.imports.setdefault("Check", f"from {PACKAGE}.checks.registry import Check")
             self.constants[name] = (f"{name} = Check({obj.name!r}, lambda seed: [], {obj.hint!r}, seed={obj.seed!r}, "
                                     f"rtol={obj.rtol!r}, atol={obj.atol!r}, must_mention={obj.must_mention!r}, "
                                     f"public={obj.public!r}, weight={obj.weight!r})")
@@ -461,7 +479,7 @@ class _CodeCollector:
             self._dependencies(obj)
             return
         if module.startswith(f"{PACKAGE}.") or module == PACKAGE:
-            short = module.split(".")[1] if "." in module else None
+            short = module[len(PACKAGE) + 1:] if "." in module else None
             if short:
                 self._package_module(short)
             attr = getattr(obj, "__name__", name)
@@ -475,7 +493,7 @@ class _CodeCollector:
                                 "which a student build cannot ship")
 
     def _package_module(self, short: str) -> None:
-        if short in NEVER_SHIPPED:
+        if never_shipped(short):
             raise StudentBuildError(f"a public check's compare imports {PACKAGE}.{short}, which a student "
                                     "build never ships")
         self.modules_needed.add(short)
@@ -626,8 +644,8 @@ def _absolute_source(obj) -> str:
 
 def build_store(labels: list) -> tuple:
     """``(data, code)``: the stored public checks of ``labels`` and the compare code they ship."""
-    from .checking import outcomes_for
-    from .registry import get_exercise
+    from ..checks.checking import outcomes_for
+    from ..checks.registry import get_exercise
     data, code, modules = {}, {}, set()
     for label in labels:
         exercise = get_exercise(label)
@@ -691,7 +709,7 @@ from pathlib import Path
 
 import torch
 
-from ..registry import exercises_from_store, register
+from ..checks.registry import exercises_from_store, register
 
 
 def _register_all():
@@ -753,7 +771,12 @@ def write_package(dest: Path, plan: ReleasePlan, root: Path, store_cache: Option
             "chapters under answers_released in course.yml), or add them to the practice exercises "
             f"(practice: [{', '.join(labels_needed)}]).", labels_needed)
     for name in sorted(modules):
-        (pkg / f"{name}.py").write_text(strip_module(name, pieces), encoding="utf-8")
+        target = pkg / (name.replace(".", "/") + ".py")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        init = module_path(name).with_name("__init__.py")
+        if target.parent != pkg and not (target.parent / "__init__.py").exists():
+            shutil.copyfile(init, target.parent / "__init__.py")  # the sub-package's face
+        target.write_text(strip_module(name, pieces), encoding="utf-8")
     checks_dir = pkg / "public_checks"
     checks_dir.mkdir()
     torch.save(data, checks_dir / STORE_NAME)

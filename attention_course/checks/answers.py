@@ -4,7 +4,7 @@ The student-facing library (``functional``, ``multihead``, ``translation``, ``tr
 holds finished versions of some exercises, because later chapters build on them. Calling one of
 them for the exercise it answers earns no credit. Two places enforce this, with the same words:
 
-* the grader (:mod:`attention_course.grading`): in the sandboxed child that runs an exercise, the
+* the grader (:mod:`attention_course.tools.grading`): in the sandboxed child that runs an exercise, the
   library's answer to *that* exercise is disabled as an object (its code raises, a class refuses
   construction and subclassing); the parent hands the child the messages built here;
 * :func:`attention_course.check` in a notebook: while the student's object runs the public checks,
@@ -24,6 +24,9 @@ import importlib
 import inspect
 import types
 from typing import Iterator
+
+from ..rooms import LIBRARY
+from .disable import disable_class, disable_function
 
 # label -> "module.attribute" of library objects that answer the exercise's contract (beyond the
 # objects named like the answer, which are found by name). tests/test_library_contracts.py keeps
@@ -48,9 +51,6 @@ def no_credit_message(module_name: str, attr: str, label: str, answer_name: str)
             f"write your own {answer_name}")
 
 
-def _runtime_modules() -> tuple:
-    from .grading.runtime import RUNTIME_MODULES
-    return RUNTIME_MODULES
 
 
 def blocked_answers(exercise) -> list:
@@ -58,7 +58,7 @@ def blocked_answers(exercise) -> list:
     out = set()
     listed = set(LIBRARY_ANSWERS.get(exercise.label, ()))
     ref = exercise.reference
-    for name in _runtime_modules():
+    for name in LIBRARY:
         module_name = f"attention_course.{name}"
         try:
             module = importlib.import_module(module_name)
@@ -110,20 +110,19 @@ def refusal_for(exercise, obj) -> str | None:
 @contextlib.contextmanager
 def answers_refused(exercise) -> Iterator[None]:
     """Disable, for the duration of the block, every library answer to ``exercise`` and its
-    reference with the grading child's own disablers, and restore the code they replaced."""
+    reference with the grading child's own disablers (:mod:`.disable`), and restore the code they replaced."""
     import sys
     if exercise.stored:  # a student build: it ships no answer to refuse
         yield
         return
-    from .grading.zygote_main import _disable_class, _disable_function
     undo = []
     try:
         for module_name, attr, _, message in blocked_answers(exercise) + _reference_entry(exercise):
             target = getattr(sys.modules.get(module_name), attr, None)
             if isinstance(target, type):
-                _disable_class(target, message, undo)
+                disable_class(target, message, undo)
             elif isinstance(target, types.FunctionType):
-                _disable_function(target, message, undo)
+                disable_function(target, message, undo)
         yield
     finally:
         for function, code in reversed(undo):

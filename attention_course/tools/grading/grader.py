@@ -2,7 +2,7 @@
 
 Trusted work happens here, in the grader's process: drawing every check's inputs from
 the grading seed, computing the reference's outcomes once per class, judging each
-student's outcomes with :func:`attention_course.checking.judge`, and scoring. The
+student's outcomes with :func:`attention_course.checks.checking.judge`, and scoring. The
 student's code runs only in sandboxed children (:mod:`.sandbox`), which get plain
 calls and return plain outcomes.
 """
@@ -22,10 +22,10 @@ from typing import Callable, Optional
 
 import torch
 
-from ..answers import blocked_answers
-from ..checking import STUB_HINT, CheckResult, check_points, hidden_seed, judge, outcomes_for
+from ...checks.answers import blocked_answers
+from ...checks.checking import STUB_HINT, CheckResult, check_points, hidden_seed, judge, outcomes_for
 from ..notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, printable, setup_code
-from ..registry import all_exercises
+from ...checks.registry import all_exercises
 from .extra import ExerciseTable, load_extra_checks
 from .runtime import PACKAGE_DIR, RUNTIME_MODULES
 
@@ -90,7 +90,7 @@ def standard_setup(chapter: int, root: Optional[Path] = None) -> str:
 
 def _blocked_names(exercise) -> list:
     """(module, attribute, label, message): the runtime's own answers to ``exercise``, to refuse
-    in the child (see :mod:`attention_course.answers`)."""
+    in the child (see :mod:`attention_course.checks.answers`)."""
     return [list(entry) for entry in blocked_answers(exercise)]
 
 
@@ -588,7 +588,7 @@ class GradingRun:
 
 def _log_header(plan: GradingPlan, sandbox, time_limit, memory_mb, jobs) -> list:
     import platform
-    from .. import __version__
+    from ... import __version__
     lines = [f"attention-course {__version__} grade · chapter {plan.chapter:02d}",
              f"started: {time.strftime('%Y-%m-%d %H:%M:%S')}",
              f"seed: {plan.seed}  (pass --seed {plan.seed} to reproduce these hidden inputs; each student's are "

@@ -5,7 +5,7 @@ The grader never imports or unpickles anything a child produced. It reads the ch
 size cap): a JSON structure (capped) and raw tensor bytes, each tensor declared by dtype and
 shape, checked against the caps and the file's length before anything is allocated
 (``zygote_main.dump_outcome`` writes it). It accepts only the plain-data grammar of
-:mod:`attention_course.calls` (dict, list, str, int, float, bool, None and dense CPU
+:mod:`attention_course.checks.calls` (dict, list, str, int, float, bool, None and dense CPU
 ``torch.Tensor``), with caps on sizes and depth. (It once used ``torch.load(weights_only=True)``,
 whose allowed types let a 908-byte file make the grader allocate 2.66 GB.)
 """
@@ -506,7 +506,7 @@ def _plain(value: Any, depth: int, budget: list) -> None:
 
 
 def _value(value: Any) -> None:
-    """The grammar of :func:`attention_course.calls.to_plain`."""
+    """The grammar of :func:`attention_course.checks.calls.to_plain`."""
     if value is None or type(value) in (bool, int, float, str, torch.Tensor):
         return
     if type(value) is dict and len(value) == 1:

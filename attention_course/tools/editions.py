@@ -4,7 +4,7 @@
   ``solutions/`` (prose, executed outputs, folded solutions). Output: ``_build/html``.
 * **student** – built from a staging copy (``_build/student-src``) whose table of
   contents points at student notebooks generated afresh from ``solutions/`` in their
-  **MyST** form (:func:`attention_course.release.generate` with ``portable=False``), so
+  **MyST** form (:func:`attention_course.tools.release.generate` with ``portable=False``), so
   the pages keep their exercise boxes and footnoted citations; they carry no solution.
   The portable notebooks of ``chapters/`` (what a student opens in a notebook client)
   are what the pages offer for download. Nothing is executed: the student notebooks

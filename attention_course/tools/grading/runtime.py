@@ -2,16 +2,16 @@
 
 :func:`build_runtime` writes, into a fresh folder,
 
-* ``attention_course/`` – a minimal student-facing package: ``calls.py`` (to run a
-  check's calls), ``plotting.py``, ``data.py``, ``functional.py`` and, when they
+* ``attention_course/`` – a minimal student-facing package: ``checks/calls.py`` (to run a
+  check's calls) and ``checks/disable.py`` (to disable the course's answers), ``plotting.py``, ``data.py``, ``functional.py`` and, when they
   exist, ``multihead.py``, ``translation.py``, ``transformer.py`` (chapter 8) and
   ``efficient.py`` (chapter 9), copied from the installed package;
   an ``__init__.py`` whose ``check()`` only prints that the checks run at grading
-  time. There is **no** registry, no exercise module, no ``checking``: the hidden
+  time. There is **no** registry, no exercise module, no ``checks.checking``: the hidden
   checks, the references and the kept mistakes never reach a child;
 * the package's data folders (``pretrained/``: model weights and tables), which a
   child may read;
-* ``_ac_zygote.py`` – the zygote program (:mod:`attention_course.grading.zygote_main`).
+* ``_ac_zygote.py`` – the zygote program (:mod:`attention_course.tools.grading.zygote_main`).
 
 A runtime module that imports something the runtime lacks (e.g. the registry) is
 skipped by the zygote with a logged warning rather than shipped with its imports.
@@ -22,16 +22,16 @@ import ast
 import shutil
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
+from ...rooms import CHILD_MODULES
 
-# Student-facing modules, in import order. Missing ones (e.g. chapters not written yet) are skipped.
-RUNTIME_MODULES = ("calls", "plotting", "data", "functional", "multihead", "translation", "transformer",
-                   "efficient")
+PACKAGE_DIR = Path(__file__).resolve().parents[2]
+
+# What a child may import, in import order (attention_course.rooms: the library, and of the check
+# engine only running a call and disabling the course's answers). Missing ones are skipped.
+RUNTIME_MODULES = CHILD_MODULES
 # Data folders of the package that student-facing modules read (e.g. translation.load_pretrained).
 RUNTIME_DATA_DIRS = ("pretrained",)
 DATA_SUFFIXES = (".pt", ".csv", ".txt", ".json")
-# Modules that must never be shipped, whatever a runtime module imports.
-FORBIDDEN_MODULES = {"registry", "checking", "exercises", "release", "cli", "notebook", "grading"}
 
 INIT_TEMPLATE = '''"""attention_course, grading edition: the student-facing helpers only.
 
@@ -54,33 +54,40 @@ def run_checks(label, obj=None, hidden=False, seed=None):
 '''
 
 
-def _imports_forbidden(source: str) -> str:
-    """Name a forbidden course module that ``source`` imports, or ''."""
+def _imports_forbidden(source: str, name: str) -> str:
+    """Name a course module that ``source`` (module ``name``) imports and a child may not, or ''."""
+    import importlib.util
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return "(syntax error)"
+    package = "attention_course." + name.rsplit(".", 1)[0] if "." in name else "attention_course"
     for node in ast.walk(tree):
-        names = []
+        targets = []
         if isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if node.level:  # relative: from .registry import ... / from . import checking
-                names = [module.split(".")[0]] if module else [a.name for a in node.names]
-            elif module.startswith("attention_course"):
-                rest = module.split(".")[1:]
-                names = rest[:1] or [a.name for a in node.names]
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
+                if node.level else (node.module or "")
+            if base == "attention_course":
+                targets = [f"{base}.{a.name}" for a in node.names]
+            elif base.startswith("attention_course."):
+                # from attention_course.checks import calls: the module may be a name of the package
+                targets = [base] if base[len("attention_course."):] in _SHIPPABLE else \
+                    [f"{base}.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
-            names = [a.name.split(".")[1] for a in node.names
-                     if a.name.startswith("attention_course.") and a.name.count(".") >= 1]
-        for name in names:
-            if name in FORBIDDEN_MODULES:
-                return name
+            targets = [a.name for a in node.names if a.name.startswith("attention_course.")]
+        for target in targets:
+            short = target[len("attention_course."):]
+            if short not in _SHIPPABLE and short not in ("__version__",):
+                return short
     return ""
+
+
+_SHIPPABLE = set(RUNTIME_MODULES) | {"checks"}
 
 
 def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
     """Write the runtime into ``dest``; return (module names shipped, warnings)."""
-    from .. import __version__
+    from ... import __version__
     dest = Path(dest)
     pkg = dest / "attention_course"
     if pkg.exists():
@@ -88,16 +95,20 @@ def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
     pkg.mkdir(parents=True)
     shipped, warnings = [], []
     for name in RUNTIME_MODULES:
-        source_path = package_dir / f"{name}.py"
+        source_path = package_dir / (name.replace(".", "/") + ".py")
         if not source_path.is_file():
             continue
         source = source_path.read_text(encoding="utf-8")
-        bad = _imports_forbidden(source)
+        bad = _imports_forbidden(source, name)
         if bad:
             warnings.append(f"attention_course.{name} imports attention_course.{bad}, which a grading child "
                             f"must not see: not shipped to the runtime")
             continue
-        (pkg / f"{name}.py").write_text(source, encoding="utf-8")
+        target = pkg / (name.replace(".", "/") + ".py")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.parent != pkg and not (target.parent / "__init__.py").exists():
+            (target.parent / "__init__.py").write_text("", encoding="utf-8")  # a face that imports nothing
+        target.write_text(source, encoding="utf-8")
         shipped.append(name)
     for name in RUNTIME_DATA_DIRS:
         folder = package_dir / name
