@@ -13,26 +13,19 @@ The **course library**, what the chapter notebooks import in their setup cells:
 * :mod:`attention_course.plotting`     – ``show_heatmaps`` and curves
 * ``pretrained/``                      – the weights and measured tables of Chapters 7 and 8 (written by ``bench/``)
 
-The **tooling** behind them:
+Behind the library, two more rooms and the exercises between them (:mod:`attention_course.rooms`
+says what may import what; ``tests/test_layout.py`` enforces it):
 
-* :mod:`attention_course.checks.registry`       – exercises, checks, kept mistakes (labels ``chNN_exM``)
-* :mod:`attention_course.checks.calls`          – running a check's call and recording plain outcomes
-* :mod:`attention_course.checks.checking`       – ``check(label, obj)``, comparisons and hints (reused by the grader)
-* :mod:`attention_course.checks.dropout_checks` – checking dropout by its properties, never by one random stream
-* :mod:`attention_course.exercises`      – ``chNN/exM_<name>.py``, one module per exercise registering it;
-  ``chNN/_common.py``, the helpers of one chapter; ``_kit.py``, those of every chapter
-* :mod:`attention_course.tools.notebook`       – finding the setup and exercise cells of a chapter notebook
-* :mod:`attention_course.tools.release`        – solution notebook → student notebook (portable Markdown)
-* :mod:`attention_course.tools.progress`       – ``attention-course progress``: the public checks of a reader's notebooks
-* :mod:`attention_course.tools.grading`        – the sandboxed class grader and the Gradescope zip
-* :mod:`attention_course.tools.editions`       – building the two editions of the site (full, student)
-* :mod:`attention_course.tools.course_config`  – ``course.yml``: chapters released, points, weights, practice
-* :mod:`attention_course.tools.student_build`  – an instructor's release: the package without answers, stored public checks
-* :mod:`attention_course.tools.student_release` – ``attention-course release-students``: the student repository and its answer-exposure report
-* :mod:`attention_course.withheld`       – the stand-ins of library pieces a release withholds
-* :mod:`attention_course.sphinxext`      – the sites' Sphinx extension (downloads and launch buttons give the student notebook)
-* :mod:`attention_course.tools.scaffold`       – ``attention-course new-exercise``: the skeleton of a new exercise
-* :mod:`attention_course.tools.cli`            – the ``attention-course`` command
+* :mod:`attention_course.checks`    – the check engine: the registry, running calls, comparisons and
+  hints, the refusal of the course's own answers, dropout checked by its properties
+* :mod:`attention_course.exercises` – ``chNN/exM_<name>.py``, one module per exercise (contract, reference,
+  checks, kept mistakes and alternatives); ``chNN/_common.py`` and ``_kit.py``, their helpers
+* :mod:`attention_course.tools`     – the instructor's tools: release, editions, student build and
+  release, course configuration, progress, scaffold, PDF, the grader (``tools/grading``), the command line
+* :mod:`attention_course.withheld`  – the stand-ins of library pieces a release withholds
+* :mod:`attention_course.sphinxext` – the sites' Sphinx extension (downloads and launch buttons give the student notebook)
+
+``check()`` loads the library, the check engine and the exercises, never a tool.
 """
 from .checks.checking import check, run_checks
 from .plotting import plot_curves, show_heatmaps

@@ -27,7 +27,8 @@ from __future__ import annotations
 PACKAGE = __name__.split(".")[0]
 
 # The library that notebooks import, in import order (a module comes after those it imports).
-LIBRARY = ("plotting", "data", "functional", "multihead", "translation", "transformer", "efficient")
+LIBRARY = ("plotting", "data", "functional", "multihead", "dates", "translation", "transformer", "kv_cache",
+           "efficient")
 # Shipped beside the library in every build: no answer in any of them.
 LIBRARY_SUPPORT = ("withheld", "sphinxext", "rooms")
 

@@ -4,6 +4,8 @@ One module per concern:
 
 * :mod:`.registry`       – exercises, checks, kept mistakes and alternatives (labels ``chNN_exM``)
 * :mod:`.calls`          – running a check's call and recording plain outcomes (a grading child imports it)
+* :mod:`.plan`           – the plan of one exercise's checks (seed → calls → the reference's outcomes), the one
+  function that ``check()``, ``progress``, the grader and Gradescope build it with
 * :mod:`.checking`       – ``check(label, obj)``, the comparisons and the hints
 * :mod:`.answers`        – the course library's own answers to exercises, refused credit
 * :mod:`.disable`        – the stand-ins that disable code (a grading child imports it)

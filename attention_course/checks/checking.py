@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from .calls import run_call
+from .plan import exercise_plan, hidden_seed, outcomes_for, reference_outcomes  # noqa: F401 - hidden_seed: re-exported
 from .registry import Check, Exercise, get_exercise
 
 # In every message of attention_course.checks.answers.no_credit_message (a grading child's too).
@@ -26,6 +26,20 @@ NO_CREDIT_MARK = ": no credit for calling it; write your own "
 
 PASS, FAIL = "\u2713", "\u2717"  # ✓ ✗
 STUB_HINT = "fill in the exercise cell (replace the `raise NotImplementedError`), run it, then run this check again."
+
+
+def is_stub(outcome: dict) -> bool:
+    """Whether one call's outcome is an exercise's stub at work: it raised NotImplementedError."""
+    return outcome.get("status") == "raised" and outcome.get("error_type") == "NotImplementedError"
+
+
+def stub_reason(detail: str) -> str:
+    """The words of every stub's feedback (a check's, an exercise's): ``not implemented yet (detail)``."""
+    return f"not implemented yet ({detail})"
+
+
+def _stub_call_reason(outcome: dict) -> str:
+    return stub_reason(f"NotImplementedError: {outcome.get('message')}")
 
 
 @dataclass
@@ -38,6 +52,7 @@ class CheckResult:
     mistake: Optional[str] = None  # name of the kept mistake the output matched
     points: float = 0.0
     max_points: float = 0.0
+    stub: bool = False  # the answer is still the exercise's stub (a call raised NotImplementedError)
 
     def line(self) -> str:
         if self.passed:
@@ -197,8 +212,8 @@ def compare_outcome(got: dict, want: dict, check: Check, call=None, require_mess
                 return "raised another error"
             return None
         if want["error_type"] not in got.get("error_mro", []):
-            if got["error_type"] == "NotImplementedError":
-                return f"not implemented yet (NotImplementedError: {got['message']})"
+            if is_stub(got):
+                return _stub_call_reason(got)
             return f"raised {got['error_type']}: {got['message'][:200]} (expected {want['error_type']})"
         if require_message:
             words = check.must_mention(call) if callable(check.must_mention) else check.must_mention
@@ -208,8 +223,8 @@ def compare_outcome(got: dict, want: dict, check: Check, call=None, require_mess
                         f"{', '.join(_describe_word(w) for w in missing)}")
         return None
     if got["status"] == "raised":
-        if got["error_type"] == "NotImplementedError":
-            return f"not implemented yet (NotImplementedError: {got['message']})"
+        if is_stub(got):
+            return _stub_call_reason(got)
         return f"raised {got['error_type']}: {got['message'][:300]}"
     reason = compare_values(got["value"], want["value"], check.rtol, check.atol)
     if reason:
@@ -236,6 +251,31 @@ def compare_all(got: list, want: list, check: Check, calls: list, require_messag
         reason = compare_outcome(g, w, check, c, require_message, same_message)
         if reason:
             return reason if len(calls) == 1 else f"call {i + 1} of {len(calls)}: {reason}"
+    return None
+
+
+def tensor_problem(got: dict, want: Optional[dict] = None, where: str = "the result",
+                   raised: Optional[str] = None, dtype=None, shape=None) -> Optional[str]:
+    """What a custom compare says first of one call's outcome ``got``, before comparing it: the
+    stub's words, the error it raised (after ``raised``, by default ``where`` and a space), that it
+    returned where ``want`` raised (``want`` None: not asked), or that its value is no tensor of
+    the dtype and shape expected (``dtype``, ``shape``; by default ``want``'s). None: a tensor to compare."""
+    if got.get("status") != "ok":
+        if is_stub(got):
+            return _stub_call_reason(got)
+        return f"{where + ' ' if raised is None else raised}raised {got.get('error_type')}: " \
+               f"{str(got.get('message'))[:300]}"
+    if want is not None and want.get("status") != "ok":
+        return f"{where} was returned where the other answer raised"
+    mine = got["value"]
+    if not isinstance(mine, torch.Tensor):
+        return f"{where} is a {type(mine).__name__}, expected a torch.Tensor"
+    dtype = want["value"].dtype if dtype is None else dtype
+    if mine.dtype != dtype:
+        return f"{where} has dtype {mine.dtype}, expected {dtype}"
+    shape = tuple(want["value"].shape) if shape is None else tuple(shape)
+    if tuple(mine.shape) != shape:
+        return f"{where} has shape {tuple(mine.shape)}, expected {shape}"
     return None
 
 
@@ -284,8 +324,7 @@ def _with_inputs(reason: str, exercise: Exercise, check: Check, calls: list, got
     if index is None:
         return reason
     outcome = got[index]
-    shape_problem = "has shape" in reason or (outcome.get("status") == "raised"
-                                              and outcome.get("error_type") != "NotImplementedError"
+    shape_problem = "has shape" in reason or (outcome.get("status") == "raised" and not is_stub(outcome)
                                               and want[index].get("status") != "raised")
     if not shape_problem:
         return reason
@@ -302,25 +341,19 @@ def _any_raised(outcomes: list) -> bool:
 
 # ---------------------------------------------------------------- running checks
 
-def outcomes_for(obj: Any, calls: list, kind: str) -> list:
-    return [run_call(obj, c, kind) for c in calls]
-
-
 def judge(exercise: Exercise, check: Check, calls: list, got: list,
-          reference_outcomes: Optional[list] = None) -> CheckResult:
+          reference: Optional[list] = None) -> CheckResult:
     """Decide one check from the student's outcomes ``got`` (computed anywhere).
 
-    The reference and the kept mistakes run here, in the calling (trusted) process.
+    The reference (unless its outcomes ``reference`` are given) and the kept mistakes run here,
+    in the calling (trusted) process.
     """
-    if reference_outcomes is None and check.stored_outcomes is not None:
-        reference_outcomes = check.stored_outcomes
-    want = reference_outcomes if reference_outcomes is not None else \
-        outcomes_for(exercise.reference, calls, exercise.kind)
+    want = reference if reference is not None else reference_outcomes(exercise, check, calls)
     reason = compare_all(got, want, check, calls)
     if reason is None:
         return CheckResult(exercise.label, check.name, True)
-    if any(g["status"] == "raised" and g["error_type"] == "NotImplementedError" for g in got):
-        return CheckResult(exercise.label, check.name, False, reason, STUB_HINT)
+    if any(is_stub(g) for g in got):
+        return CheckResult(exercise.label, check.name, False, reason, STUB_HINT, stub=True)
     refused = next((g["message"] for g in got if g.get("status") == "raised"
                     and NO_CREDIT_MARK in str(g.get("message", ""))), None)
     if refused:  # the course's own answer was called: no hint of a mistake applies
@@ -340,11 +373,6 @@ def judge(exercise: Exercise, check: Check, calls: list, got: list,
         if compare_all(got, theirs, check, calls, same_message=True) is None:
             return CheckResult(exercise.label, check.name, False, reason, mistake.hint, mistake.name)
     return CheckResult(exercise.label, check.name, False, reason, check.hint)
-
-
-def hidden_seed(seed: int, index: int) -> int:
-    """The seed of check number ``index`` for a grading run with ``seed``."""
-    return (seed * 1_000_003 + 7919 * (index + 1)) % (2**31 - 1)
 
 
 def check_points(exercise: Exercise, check: Check, checks: Optional[list] = None) -> float:
@@ -426,17 +454,18 @@ def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] =
     """
     from .answers import answers_refused
     exercise = exercise or get_exercise(label)
-    checks = exercise.checks if hidden else exercise.public_checks
+    # The reference runs when a check is judged, after the answer (and not for the checks left unrun).
+    plan = exercise_plan(exercise, seed, hidden=hidden, reference=False)
+    checks = [cp.check for cp in plan.checks]
     results = []
     timed_out = False
-    for index, check in enumerate(checks):
+    for cp in plan.checks:
+        check, calls = cp.check, cp.calls
         max_points = check_points(exercise, check, checks)
         if timed_out:
             results.append(CheckResult(exercise.label, check.name, False,
                                        "not run: an earlier check took too long", "", None, 0.0, max_points))
             continue
-        check_seed = hidden_seed(seed or 0, index) if hidden else check.seed
-        calls = check.make_calls(check_seed)
         try:
             with _time_limit(time_limit), \
                     (answers_refused(exercise) if refuse_answers else contextlib.nullcontext()):

@@ -109,164 +109,61 @@ def _grade(args) -> int:
     """Grade a folder of submissions (class) or one notebook (self-study)."""
     if _not_released("grade", args.chapter):
         return 2
-    from .grading.extra import ExtraChecksError
-    from .grading.grader import Submission, discover, run_grading
-    from .grading.reports import ProgressBar, feedback_text, write_class_reports
-    from .notebook import NotebookError, printable
-
-    target = Path(args.target)
-    extra = Path(args.extra_checks) if args.extra_checks else None
-    options = dict(seed=args.seed, jobs=args.jobs, time_limit=args.time_limit, memory_mb=args.memory_limit,
-                   extra_checks=extra, per_student=not args.one_seed)
+    from .grading.classrun import GradeOptions, NotebookGraded, Refused, ShardGraded, grade
+    options = GradeOptions(seed=args.seed, jobs=args.jobs, time_limit=args.time_limit, memory_mb=args.memory_limit,
+                           extra_checks=Path(args.extra_checks) if args.extra_checks else None,
+                           per_student=not args.one_seed)
     try:
-        if target.is_file() and args.shard is not None:
-            print(f"attention-course grade: --shard splits a folder of submissions; {target} is one notebook",
-                  file=sys.stderr)
-            return 2
-        if target.is_file():
-            run = run_grading([Submission(target.stem, target)], args.chapter, **options)
-            print(printable(feedback_text(run.results[0], run.plan), newlines=True), end="")
-            print(f"(seed {run.plan.seed}; graded in {run.seconds:.1f} s)")
-            if args.out:
-                write_class_reports(run.results, run.plan, Path(args.out), run.log)
-            return 0
-        if not target.is_dir():
-            print(f"attention-course grade: {target} is neither a notebook nor a folder", file=sys.stderr)
-            return 2
-        submissions, ignored = discover(target)
-        if args.canvas_roster:
-            from .grading.lms import read_roster
-            read_roster(Path(args.canvas_roster))  # a bad roster stops before the class is graded
-        if not submissions:
-            print(f"attention-course grade: no submission (.ipynb, or a folder holding one) in {target}",
-                  file=sys.stderr)
-            return 2
-        if args.regrade:
-            if args.shard is not None:
-                raise ValueError("--regrade rewrites a whole class's files; it does not take --shard")
-            return _regrade(args, submissions, ignored, options)
-        if args.only:
-            raise ValueError("--only names the submissions --regrade grades again; give --regrade DIR too")
-        shard, class_names, positions = None, [s.student for s in submissions], None
-        if args.shard is not None:
-            from .grading.shards import parse_shard, shard_positions
-            shard = parse_shard(args.shard)
-            if args.seed is None:
-                raise ValueError("--shard needs --seed: every shard must draw the same hidden inputs, and without "
-                                 "--seed each would draw its own random seed")
-            if args.canvas_roster:
-                raise ValueError("--canvas-roster goes to `attention-course merge`, which writes the class files")
-            positions = shard_positions(len(submissions), *shard)
-            submissions = [submissions[i] for i in positions]
-        out = Path(args.out or (f"grades-ch{args.chapter:02d}" if shard is None else f"grades-ch{args.chapter:02d}-shards"))
-        label = f"chapter {args.chapter:02d}" + (f", shard {shard[0]}/{shard[1]}" if shard else "")
-        run = run_grading(submissions, args.chapter, progress=ProgressBar(label), **options)
-    except (ExtraChecksError, NotebookError, ValueError) as error:  # RosterError is a ValueError
+        done = grade(Path(args.target), args.chapter, options, out=args.out, shard=args.shard,
+                     regrade=args.regrade, only=args.only.split(",") if args.only else None,
+                     canvas_roster=args.canvas_roster, canvas_assignment=args.canvas_assignment)
+    except Refused as error:
         print(f"attention-course grade: {error}", file=sys.stderr)
         return 2
-    if ignored:
-        run.log.append(printable(f"ignored (hidden, or not a notebook nor a folder): {', '.join(ignored)}"))
-    if shard is not None:
-        from .grading.shards import write_shard
-        path = write_shard(out, shard[0], shard[1], run.plan, class_names, run.results, positions,
-                           per_student=not args.one_seed, log_header=run.log_header, ignored=ignored,
-                           seconds=run.seconds)
-        (out / path.name.replace(".jsonl", ".log")).write_text("\n".join(run.log) + "\n", encoding="utf-8")
-        print(f"graded shard {shard[0]}/{shard[1]} of chapter {args.chapter:02d}: {len(run.results)} of "
-              f"{len(class_names)} submissions in {run.seconds:.1f} s (seed {run.plan.seed})")
-        print(f"wrote {path}; when every shard is done: attention-course merge OUT {out}")
+    if isinstance(done, NotebookGraded):
+        print(done.feedback, end="")
+        print(f"(seed {done.seed}; graded in {done.seconds:.1f} s)")
         return 0
-    print(f"graded {len(run.results)} submissions of chapter {args.chapter:02d} in {run.seconds:.1f} s "
-          f"(seed {run.plan.seed})", end="")
-    code = _class_outputs(args, run.results, run.plan, out, run.log)
-    _write_record(out, run.plan, run.results, not args.one_seed, run.log_header, ignored, run.seconds)
-    return code
+    if isinstance(done, ShardGraded):
+        print(f"graded shard {done.index}/{done.count} of chapter {done.chapter:02d}: {done.graded} of "
+              f"{done.class_size} submissions in {done.seconds:.1f} s (seed {done.seed})")
+        print(f"wrote {done.path}; when every shard is done: attention-course merge OUT {done.out}")
+        return 0
+    return _print_class(args.command, done)
 
 
-def _write_record(out: Path, plan, results: list, per_student: bool, log_header: list, ignored: list,
-                  seconds: float) -> None:
-    """The class's record beside its files: what `grade --regrade OUT` reuses."""
-    from .grading.shards import RECORD_NAME, write_shard
-    write_shard(out, 0, 1, plan, [r.student for r in results], results, list(range(len(results))),
-                per_student=per_student, log_header=log_header, ignored=ignored, seconds=seconds, name=RECORD_NAME)
-
-
-def _regrade(args, submissions: list, ignored: list, options: dict) -> int:
-    """Grade again only the submissions that are new or changed since the run in ``args.regrade`` (or
-    are named by ``--only``), with that run's seed; keep the others' results; rewrite the class files."""
-    from .grading.grader import build_plan, result_log_line, run_grading
-    from .grading.reports import ProgressBar
-    from .grading.shards import RECORD_NAME, ShardError, plan_fingerprint, regrade_split
+def _print_class(command: str, done) -> int:
+    """What a graded class (a single run, a regrade or merged shards) prints: the same for all."""
     from .notebook import printable
-    earlier = Path(args.regrade)
-    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
-    try:
-        if not (earlier / RECORD_NAME).is_file():
-            raise ShardError(f"--regrade {earlier}: no {RECORD_NAME} there (the record a class run or a merge "
-                             f"writes beside grades.csv); grade the class without --regrade first")
-        header, keep, again = regrade_split(earlier / RECORD_NAME, submissions, only)
-        if header["chapter"] != args.chapter:
-            raise ShardError(f"--regrade {earlier}: that run graded chapter {header['chapter']}, not {args.chapter}")
-        if args.seed is not None and args.seed != header["seed"]:
-            raise ShardError(f"--seed {args.seed} differs from the seed of the run in {earlier} ({header['seed']}); "
-                             f"regrading keeps that run's seed: leave --seed out")
-        if args.one_seed == header["per_student"]:
-            raise ShardError(f"the run in {earlier} was graded " + ("without" if header["per_student"] else "with")
-                             + " --one-seed; regrade with the same choice")
-        plan = build_plan(args.chapter, header["seed"], options["extra_checks"])
-        if plan_fingerprint(plan) != header["plan"]:
-            raise ShardError(f"the grading plan changed since the run in {earlier} (another course version, or "
-                             f"other --extra-checks): grade the whole class again, without --regrade")
-    except ShardError as error:
-        print(printable(f"attention-course grade: {error}"), file=sys.stderr)
-        return 2
-    options = dict(options, seed=header["seed"])
-    new, log_header, seconds = {}, list(header["log_header"]), 0.0
-    if again:
-        run = run_grading(again, args.chapter, progress=ProgressBar(f"chapter {args.chapter:02d}, regrade"), **options)
-        new, log_header, seconds = {r.student: r for r in run.results}, run.log_header, run.seconds
-    results = [keep[s.student] if s.student in keep else new[s.student] for s in submissions]
-    log = log_header + [printable(f"regraded {len(again)} submission(s) (new, changed since the run in {earlier}, "
-                                  f"unreadable, or named by --only); kept {len(keep)} from that run")]
-    log += [result_log_line(r, header["per_student"]) for r in results]
-    if ignored:
-        log.append(printable(f"ignored (hidden, or not a notebook nor a folder): {', '.join(ignored)}"))
-    log.append(f"graded {len(again)} submission(s) in {seconds:.1f} s")
-    out = Path(args.out or earlier)
-    print(f"regraded {len(again)} of {len(results)} submissions of chapter {args.chapter:02d} in {seconds:.1f} s "
-          f"(seed {header['seed']}; {len(keep)} unchanged kept)", end="")
-    code = _class_outputs(args, results, plan, out, log)
-    _write_record(out, plan, results, header["per_student"], log_header, ignored, seconds)
-    return code
-
-
-def _class_outputs(args, results, plan, out: Path, log: list) -> int:
-    """The class files of a graded class (a single run, or merged shards), the same for both."""
-    from .grading.reports import write_class_reports
-    from .notebook import printable
-    summary = write_class_reports(results, plan, out, log)
+    files = done.files
+    out, plan, results, summary = files.out, files.plan, files.results, files.summary
+    if done.how == "regraded":
+        print(f"regraded {done.graded} of {len(results)} submissions of chapter {plan.chapter:02d} in "
+              f"{done.seconds:.1f} s (seed {plan.seed}; {done.kept} unchanged kept)", end="")
+    elif done.how == "merged":
+        print(f"merged {done.shards} shard(s) of chapter {plan.chapter:02d}: {len(results)} submissions "
+              f"(seed {plan.seed})", end="")
+    else:
+        print(f"graded {len(results)} submissions of chapter {plan.chapter:02d} in {done.seconds:.1f} s "
+              f"(seed {plan.seed})", end="")
     print(f"; mean {summary['mean_total']:.2f} / {plan.max_total:g}")
     print(f"wrote {out}/grades.csv, {out}/feedback/ ({len(results)} files), {out}/summary.md, "
           f"{out}/histogram.png, {out}/items.csv, {out}/misconceptions.csv, {out}/items.png, {out}/grading.log, "
           f"{out}/record.jsonl")
-    if args.canvas_roster:
-        from .grading.lms import CANVAS_CSV, RosterError, write_canvas_csv
-        assignment = args.canvas_assignment or f"Chapter {plan.chapter:02d}"
-        try:
-            canvas = write_canvas_csv(results, Path(args.canvas_roster), out / CANVAS_CSV, assignment)
-        except RosterError as error:
-            print(f"attention-course {args.command}: {error}", file=sys.stderr)
-            return 2
-        print(f"wrote {out}/{CANVAS_CSV}: {canvas['matched']} students, assignment column '{assignment}'")
+    if files.canvas_error is not None:
+        print(f"attention-course {command}: {files.canvas_error}", file=sys.stderr)
+        return 2
+    if files.canvas is not None:
+        canvas, name = files.canvas, files.canvas_name
+        print(f"wrote {out}/{name}: {canvas['matched']} students, assignment column '{files.canvas_assignment}'")
         if canvas["unmatched"]:
             print(printable(f"warning: {len(canvas['unmatched'])} submission(s) match no student of the roster, "
-                            f"so they are not in {CANVAS_CSV}: {', '.join(canvas['unmatched'])}"), file=sys.stderr)
+                            f"so they are not in {name}: {', '.join(canvas['unmatched'])}"), file=sys.stderr)
         if canvas["absent"]:
             print(printable(f"note: {len(canvas['absent'])} student(s) of the roster have no submission (no row, "
                             f"so Canvas keeps their grade as it is): {', '.join(canvas['absent'])}"), file=sys.stderr)
-    flagged = sum(1 for ex in summary["items"] for c in ex.checks if c.flag)
-    if flagged:
-        print(f"{flagged} check(s) flagged: almost nobody passes them while passing the rest of their exercise "
+    if files.flagged:
+        print(f"{files.flagged} check(s) flagged: almost nobody passes them while passing the rest of their exercise "
               f"(see {out}/summary.md, 'Checks to look at')")
     return 0
 
@@ -299,40 +196,15 @@ def _similarity(args) -> int:
 
 def _merge(args) -> int:
     """Join the records of ``grade --shard`` into the class files of one single run."""
-    from .grading.extra import ExtraChecksError
-    from .grading.grader import build_plan, result_log_line
-    from .grading.shards import ShardError, merge_shards, plan_fingerprint
-    from .notebook import printable
+    from .grading.classrun import Refused, merge
     try:
-        header, shards, results = merge_shards(args.shards)
-        if args.canvas_roster:
-            from .grading.lms import read_roster
-            read_roster(Path(args.canvas_roster))
-        extra = Path(args.extra_checks) if args.extra_checks else None
-        plan = build_plan(header["chapter"], header["seed"], extra)
-        if plan_fingerprint(plan) != header["plan"]:
-            raise ShardError(f"the shards were graded with another grading plan than this course's chapter "
-                             f"{header['chapter']:02d}" + (f" with --extra-checks {extra}" if extra else "")
-                             + " (another course version, or other --extra-checks): merge with the same ones")
-    except (ShardError, ExtraChecksError, ValueError) as error:  # RosterError is a ValueError
-        print(printable(f"attention-course merge: {error}"), file=sys.stderr)
+        done = merge(Path(args.out), args.shards,
+                     extra_checks=Path(args.extra_checks) if args.extra_checks else None,
+                     canvas_roster=args.canvas_roster, canvas_assignment=args.canvas_assignment)
+    except Refused as error:
+        print(f"attention-course merge: {error}", file=sys.stderr)
         return 2
-    count = header["shards"]
-    log = list(header["log_header"])
-    log.append(f"merged from {count} shard(s): " + ", ".join(
-        f"{s.header['shard']}/{count} ({len(s.records)} submissions, {s.header['seconds']:.1f} s)" for s in shards))
-    log += [result_log_line(r, header["per_student"]) for r in results]
-    if header["ignored"]:
-        log.append(printable(f"ignored (hidden, or not a notebook nor a folder): {', '.join(header['ignored'])}"))
-    log.append(f"graded {len(results)} submission(s) in {sum(s.header['seconds'] for s in shards):.1f} s "
-               f"summed over {count} shard(s)")
-    out = Path(args.out)
-    print(f"merged {count} shard(s) of chapter {header['chapter']:02d}: {len(results)} submissions "
-          f"(seed {header['seed']})", end="")
-    code = _class_outputs(args, results, plan, out, log)
-    _write_record(out, plan, results, header["per_student"], header["log_header"], header["ignored"],
-                  sum(s.header["seconds"] for s in shards))
-    return code
+    return _print_class(args.command, done)
 
 
 def _pdf(args) -> int:

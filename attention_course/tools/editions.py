@@ -15,6 +15,7 @@ Both are built with ``jupyter-book build -W -n --keep-going`` (warnings are erro
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -27,9 +28,33 @@ import yaml
 _STUDENT_FILES = ["intro.md", "bibliography.md", "exercises.md", "instructors.md", "references.bib"]
 
 
-def _jupyter_book() -> str:
+def jupyter_book() -> str:
+    """The ``jupyter-book`` command: the one beside this Python when there is one."""
     candidate = Path(sys.executable).parent / "jupyter-book"
     return str(candidate) if candidate.exists() else "jupyter-book"
+
+
+def unreleased_targets(root: Path, released) -> dict:
+    """Reference targets defined in the chapters not among ``released`` (chapter numbers): label ->
+    the words shown instead (:mod:`attention_course.sphinxext` reads them as plain text)."""
+    import nbformat
+    from .release import chapter_number, solution_paths
+    out = {}
+    for path in solution_paths(root):
+        chapter = chapter_number(path)
+        if chapter in released:
+            continue
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "markdown":
+                continue
+            for name in re.findall(r"^\((\S+?)\)=\s*$", cell.source, re.M) + \
+                    re.findall(r"^\s*:label:\s*(\S+)\s*$", cell.source, re.M):
+                out[name] = f"chapter {chapter}, not released yet"
+            for name in re.findall(r"\$\$\s*\((\S+?)\)", cell.source):
+                out[name] = f"chapter {chapter}, not released yet"
+        out[f"chapters/{path.stem}"] = f"chapter {chapter}, not released yet"
+    return out
 
 
 def stage_student(root: Path, staging: Path) -> Path:
@@ -76,15 +101,12 @@ def stage_student(root: Path, staging: Path) -> Path:
         # course.yml releases some chapters: the others leave the site, and references to them
         # read as plain text (attention_course.sphinxext).
         from .release import chapter_number
-        from .student_build import ReleasePlan
-        from .student_release import unreleased_targets
         dropped = [p.stem for p in solution_paths(root) if not config.released(chapter_number(p))]
         toc = "\n".join(line for line in toc.splitlines()
                         if not any(line.strip() == f"- file: chapters/{stem}" for stem in dropped)) + "\n"
         for stem in dropped:
             (staging / "chapters" / f"{stem}.ipynb").unlink()
-        sphinx_config["attention_course_unreleased"] = unreleased_targets(
-            root, ReleasePlan(config.chapters, [], [], []))
+        sphinx_config["attention_course_unreleased"] = unreleased_targets(root, config.chapters)
         (staging / "_config.yml").write_text(yaml.safe_dump(config_data, sort_keys=False), encoding="utf-8")
     (staging / "_toc.yml").write_text(toc, encoding="utf-8")
     return staging
@@ -115,6 +137,6 @@ def build(root: Path, edition: str = "full", out: Optional[Path] = None, extra: 
     else:
         out = Path(out).resolve() if out else root / "_build" / "student"
         source = stage_student(root, out.parent / f"{out.name}-src")
-    cmd = [_jupyter_book(), "build", str(source), "--path-output", str(out), "-W", "-n", "--keep-going", *extra]
+    cmd = [jupyter_book(), "build", str(source), "--path-output", str(out), "-W", "-n", "--keep-going", *extra]
     status = subprocess.call(cmd)
     return status, out / "_build" / "html"

@@ -109,26 +109,13 @@ def identify(path: Path) -> tuple:
 
 def public_plan(chapter: int, thorough_seed: Optional[int] = None):
     """A grading plan holding each exercise's public checks at their fixed seeds; with
-    ``thorough_seed``, every check (hidden ones included) on inputs drawn from that seed."""
-    import torch
-
-    from ..checks.checking import hidden_seed, outcomes_for
-    from .grading.grader import CheckPlan, ExercisePlan, GradingPlan, _blocked_names, standard_setup
+    ``thorough_seed``, every check (hidden ones included) on inputs drawn from that seed: each
+    exercise's plan as ``check()`` builds it (:func:`attention_course.checks.plan.exercise_plan`)."""
+    from ..checks.plan import exercise_plan
     from ..checks.registry import all_exercises
+    from .grading.grader import GradingPlan, standard_setup
 
-    state = torch.random.get_rng_state()
-    try:
-        plans = []
-        for ex in all_exercises(chapter):
-            checks = []
-            chosen = ex.checks if thorough_seed is not None else ex.public_checks
-            for index, check in enumerate(chosen):
-                seed = hidden_seed(thorough_seed, index) if thorough_seed is not None else check.seed
-                calls = check.make_calls(seed)
-                checks.append(CheckPlan(check, index, seed, calls, outcomes_for(ex.reference, calls, ex.kind)))
-            plans.append(ExercisePlan(ex, ex.label, checks, _blocked_names(ex)))
-    finally:
-        torch.random.set_rng_state(state)
+    plans = [exercise_plan(ex, thorough_seed, hidden=thorough_seed is not None) for ex in all_exercises(chapter)]
     return GradingPlan(chapter, thorough_seed or 0, plans, standard_setup(chapter))
 
 
@@ -137,8 +124,7 @@ def _status(result) -> tuple:
     total = len(result.checks)
     if total and passed == total:
         return DONE, ""
-    if "not implemented yet" in result.reason or (result.checks and all(
-            "NotImplementedError" in c.reason or "not implemented" in c.reason for c in result.checks)):
+    if result.stub or (result.checks and all(c.stub for c in result.checks)):
         return NOT_STARTED, ""
     if result.reason and not any(c.passed for c in result.checks):
         status = MISSING if "no cells for" in result.reason or "define no" in result.reason else FAILING

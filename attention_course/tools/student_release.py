@@ -33,13 +33,13 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
+from .editions import jupyter_book, unreleased_targets
 from .release import DISTINCTIVE_LENGTH, TOOLKIT, distinctive_lines, toolkit_notebook
 from .student_build import PACKAGE, ReleasePlan, StudentBuildError, plan_release, write_package
 
@@ -236,28 +236,6 @@ def report_markdown(rows: list, plan: ReleasePlan, summary: dict) -> str:
 
 # ---------------------------------------------------------------- the site of the release
 
-def unreleased_targets(root: Path, plan: ReleasePlan) -> dict:
-    """Reference targets defined in chapters not released: label -> the words shown instead."""
-    import nbformat
-    from .release import chapter_number, solution_paths
-    out = {}
-    for path in solution_paths(root):
-        chapter = chapter_number(path)
-        if chapter in plan.chapters:
-            continue
-        nb = nbformat.read(path, as_version=4)
-        for cell in nb.cells:
-            if cell.cell_type != "markdown":
-                continue
-            for name in re.findall(r"^\((\S+?)\)=\s*$", cell.source, re.M) + \
-                    re.findall(r"^\s*:label:\s*(\S+)\s*$", cell.source, re.M):
-                out[name] = f"chapter {chapter}, not released yet"
-            for name in re.findall(r"\$\$\s*\((\S+?)\)", cell.source):
-                out[name] = f"chapter {chapter}, not released yet"
-        out[f"chapters/{path.stem}"] = f"chapter {chapter}, not released yet"
-    return out
-
-
 def intro_text(root: Path, plan: ReleasePlan, titles: dict) -> str:
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     title = config.get("title", "Attention mechanisms")
@@ -443,7 +421,7 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
         site.setdefault("launch_buttons", {})["jupyterhub_url"] = hub
     sphinx_config = site.setdefault("sphinx", {}).setdefault("config", {})
     sphinx_config["attention_course_edition"] = "student"
-    sphinx_config["attention_course_unreleased"] = unreleased_targets(root, plan)
+    sphinx_config["attention_course_unreleased"] = unreleased_targets(root, plan.chapters)
     (out / "_config.yml").write_text(yaml.safe_dump(site, sort_keys=False, allow_unicode=True), encoding="utf-8")
     toc = {"format": "jb-book", "root": "intro", "parts": [
         {"caption": "Chapters", "numbered": True,
@@ -463,8 +441,7 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
 
 def build_site(out: Path) -> int:
     """Build the release's site into ``out/_build/html`` (warnings are errors)."""
-    from .editions import _jupyter_book
-    return subprocess.call([_jupyter_book(), "build", str(out), "--path-output", str(out), "-W", "-n",
+    return subprocess.call([jupyter_book(), "build", str(out), "--path-output", str(out), "-W", "-n",
                             "--keep-going"])
 
 

@@ -30,6 +30,7 @@ import math
 
 import torch
 
+from ...checks.checking import tensor_problem
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 
@@ -85,19 +86,10 @@ def _compare_peaks(got, want, calls):
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
         call_no = "" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: "
         where = f"{call_no}the result"
-        if g.get("status") != "ok":
-            if g.get("error_type") == "NotImplementedError":
-                return f"not implemented yet (NotImplementedError: {g.get('message')})"
-            return f"raised {g.get('error_type')}: {str(g.get('message'))[:300]}"
-        if w.get("status") != "ok":
-            return f"{where} was returned where the other answer raised"
+        problem = tensor_problem(g, w, where, raised="")
+        if problem:
+            return problem
         mine, theirs = g["value"], w["value"]
-        if not isinstance(mine, torch.Tensor):
-            return f"{where} is a {type(mine).__name__}, expected a torch.Tensor"
-        if mine.dtype != theirs.dtype:
-            return f"{where} has dtype {mine.dtype}, expected {theirs.dtype}"
-        if tuple(mine.shape) != tuple(theirs.shape):
-            return f"{where} has shape {tuple(mine.shape)}, expected {tuple(theirs.shape)}"
         if not torch.equal(torch.isnan(mine), torch.isnan(theirs)):
             rows = torch.nonzero(torch.isnan(mine) != torch.isnan(theirs)).flatten().tolist()
             return f"{where} is nan in other entries than expected (queries {rows} differ)"

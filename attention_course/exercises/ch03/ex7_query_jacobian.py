@@ -37,6 +37,7 @@ import math
 import numpy as np
 import torch
 
+from ...checks.checking import tensor_problem
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of
 
@@ -96,19 +97,10 @@ def _against_autograd(got, want, calls):
     matched to a kept mistake."""
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
         where = "the result" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: the result"
-        if g.get("status") != "ok":
-            if g.get("error_type") == "NotImplementedError":
-                return f"not implemented yet (NotImplementedError: {g.get('message')})"
-            return f"raised {g.get('error_type')}: {str(g.get('message'))[:300]}"
-        if w.get("status") != "ok":
-            return f"{where} was returned where the other answer raised"
+        problem = tensor_problem(g, w, where, raised="")
+        if problem:
+            return problem
         mine, theirs = g["value"], w["value"]
-        if not isinstance(mine, torch.Tensor):
-            return f"{where} is a {type(mine).__name__}, expected a torch.Tensor"
-        if mine.dtype != theirs.dtype:
-            return f"{where} has dtype {mine.dtype}, expected {theirs.dtype}"
-        if tuple(mine.shape) != tuple(theirs.shape):
-            return f"{where} has shape {tuple(mine.shape)}, expected {tuple(theirs.shape)}"
         if torch.allclose(mine.double(), theirs.double(), rtol=1e-4, atol=1e-5, equal_nan=True):
             continue
         if not bool(torch.isfinite(mine).all()):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 
+from ...checks.checking import tensor_problem
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 
@@ -72,19 +73,9 @@ def _compare_scores(got, want, calls):
     RoPE, the scores that the original pair gives under interleaved RoPE."""
     for i, (g, w) in enumerate(zip(got, want)):
         where = f"call {i + 1} of {len(calls)} ({'W_q' if i % 2 == 0 else 'W_k'} of pair {i // 2 + 1}): the result"
-        if g.get("status") != "ok":
-            if g.get("error_type") == "NotImplementedError":
-                return f"not implemented yet (NotImplementedError: {g.get('message')})"
-            return f"{where} raised {g.get('error_type')}: {str(g.get('message'))[:300]}"
-        if w.get("status") != "ok":
-            return f"{where} was returned where the other answer raised"
-        mine, theirs = g["value"], w["value"]
-        if not isinstance(mine, torch.Tensor):
-            return f"{where} is a {type(mine).__name__}, expected a torch.Tensor"
-        if mine.dtype != theirs.dtype:
-            return f"{where} has dtype {mine.dtype}, expected {theirs.dtype}"
-        if tuple(mine.shape) != tuple(theirs.shape):
-            return f"{where} has shape {tuple(mine.shape)}, expected {tuple(theirs.shape)}"
+        problem = tensor_problem(g, w, where)
+        if problem:
+            return problem
     if all(torch.allclose(g["value"].double(), w["value"].double(), rtol=1e-6, atol=1e-6)
            for g, w in zip(got, want)):
         return None

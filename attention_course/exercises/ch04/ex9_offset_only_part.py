@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import torch
 
+from ...checks.checking import tensor_problem
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 
@@ -136,19 +137,9 @@ def _property_compare(prop):
     def compare(got, want, calls):
         for i, (g, w) in enumerate(zip(got, want)):
             where = f"call {i + 1} of {len(calls)}: the result"
-            if g.get("status") != "ok":
-                if g.get("error_type") == "NotImplementedError":
-                    return f"not implemented yet (NotImplementedError: {g.get('message')})"
-                return f"{where} raised {g.get('error_type')}: {str(g.get('message'))[:300]}"
-            if w.get("status") != "ok":
-                return f"{where} was returned where the other answer raised"
-            mine, theirs = g["value"], w["value"]
-            if not isinstance(mine, torch.Tensor):
-                return f"{where} is a {type(mine).__name__}, expected a torch.Tensor"
-            if mine.dtype != theirs.dtype:
-                return f"{where} has dtype {mine.dtype}, expected {theirs.dtype}"
-            if tuple(mine.shape) != tuple(theirs.shape):
-                return f"{where} has shape {tuple(mine.shape)}, expected {tuple(theirs.shape)}"
+            problem = tensor_problem(g, w, where)
+            if problem:
+                return problem
         for i, (g, w, call) in enumerate(zip(got, want, calls)):
             mine, theirs = g["value"].double(), w["value"].double()
             if torch.allclose(mine, theirs, rtol=1e-4, atol=1e-5):

@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...checks.checking import tensor_problem
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint, shape_of
 
@@ -211,19 +212,12 @@ def _compare_entries(got, want, calls, real_stack=False):
     is judged by what moves in a real stack of attention layers instead of by ``want``."""
     for number, (g, w, call) in enumerate(zip(got, want, calls), start=1):
         where = "" if len(calls) == 1 else f"call {number} of {len(calls)}: "
-        if g.get("status") != "ok":
-            if g.get("error_type") == "NotImplementedError":
-                return f"not implemented yet (NotImplementedError: {g.get('message')})"
-            return f"{where}raised {g.get('error_type')}: {str(g.get('message'))[:300]}"
-        mine = g["value"]
-        if not isinstance(mine, torch.Tensor):
-            return f"{where}the result is a {type(mine).__name__}, expected a torch.Tensor"
-        if mine.dtype != torch.bool:
-            return f"{where}the result has dtype {mine.dtype}, expected torch.bool"
         allowed, num_layers = call.args
         residual = call.kwargs.get("residual", True)
-        if tuple(mine.shape) != tuple(allowed.shape):
-            return f"{where}the result has shape {tuple(mine.shape)}, expected {tuple(allowed.shape)}"
+        problem = tensor_problem(g, None, f"{where}the result", raised=where, dtype=torch.bool, shape=allowed.shape)
+        if problem:
+            return problem
+        mine = g["value"]
         if w.get("status") == "ok" and torch.equal(mine, w["value"]):
             continue
         setting = f"{allowed.shape[0]} tokens, num_layers={num_layers}, residual={residual}"

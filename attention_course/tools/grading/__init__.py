@@ -2,12 +2,15 @@
 
 One module per concern:
 
-* :mod:`.zygote_main` – the zygote and its sandboxed children (rlimits, clean env, Landlock)
+* :mod:`.zygote_main` – the zygote and its sandboxed children (rlimits, clean env)
+* :mod:`.walls`       – the kernel's walls around a child: Landlock, seccomp, capabilities (copied beside the zygote)
 * :mod:`.runtime`     – the student-facing runtime package a child may import
 * :mod:`.sandbox`     – parent side: zygote processes, safe reading and validation of outcomes
-* :mod:`.grader`      – plan (calls + reference outcomes), submissions, judging, scores
+* :mod:`.grader`      – a class's plan (from :func:`attention_course.checks.plan.exercise_plan`), submissions, judging, scores
+* :mod:`.classrun`    – one function per verb of the command line: grade a class, a shard or a regrade; merge shards
 * :mod:`.extra`       – ``--extra-checks``: private checks added by an instructor
 * :mod:`.reports`     – grades.csv, feedback, summary + histogram, log, Gradescope's results.json
+* :mod:`.formats`     – the cells of every class CSV: escaped text, numbers, points
 * :mod:`.items`       – item analysis: items.csv, misconceptions.csv, items.png, summary.md's sections
 * :mod:`.lms`         – canvas.csv, Canvas's gradebook import (``--canvas-roster``)
 * :mod:`.shards`      – ``grade --shard I/N``, ``merge`` and ``grade --regrade``: per-student records (JSON Lines)

@@ -1,14 +1,14 @@
 """Grading orchestration: plan (calls + reference outcomes), submissions, children, judging.
 
 Trusted work happens here, in the grader's process: drawing every check's inputs from
-the grading seed, computing the reference's outcomes once per class, judging each
+the grading seed (each exercise's plan by :func:`attention_course.checks.plan.exercise_plan`),
+computing the reference's outcomes once per class, judging each
 student's outcomes with :func:`attention_course.checks.checking.judge`, and scoring. The
 student's code runs only in sandboxed children (:mod:`.sandbox`), which get plain
 calls and return plain outcomes.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import re
@@ -16,46 +16,23 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-from ...checks.answers import blocked_answers
-from ...checks.checking import STUB_HINT, CheckResult, check_points, hidden_seed, judge, outcomes_for
+from ...checks.checking import CheckResult, check_points, judge, stub_reason
+from ...checks.plan import ExercisePlan, exercise_plan
 from ..notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, printable, setup_code
 from ...checks.registry import all_exercises
 from .extra import ExerciseTable, load_extra_checks
 from .runtime import PACKAGE_DIR, RUNTIME_MODULES
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
-NOT_IMPLEMENTED = "not implemented yet"
 
 
 # ------------------------------------------------------------------ the plan
-
-
-@dataclass
-class CheckPlan:
-    check: object
-    index: int
-    seed: int
-    calls: list
-    reference: list  # the reference's outcomes on these calls (computed once per class)
-
-
-@dataclass
-class ExercisePlan:
-    exercise: object
-    cells_from: str
-    checks: list
-    blocked: list
-
-    @property
-    def label(self) -> str:
-        return self.exercise.label
-
 
 @dataclass
 class GradingPlan:
@@ -72,7 +49,7 @@ class GradingPlan:
     def calls_data(self, hidden_only: bool = False) -> dict:
         """Every check's calls by exercise; ``hidden_only``: None in place of the public checks'
         (a student's file, read over the class's)."""
-        return {p.label: [None if hidden_only and cp.check.public else [dataclasses.asdict(c) for c in cp.calls]
+        return {p.label: [None if hidden_only and cp.check.public else [asdict(c) for c in cp.calls]
                           for cp in p.checks] for p in self.exercises}
 
 
@@ -86,12 +63,6 @@ def standard_setup(chapter: int, root: Optional[Path] = None) -> str:
             except NotebookError:
                 continue
     return "import math\nimport torch\nfrom torch import nn\nfrom attention_course import check\n"
-
-
-def _blocked_names(exercise) -> list:
-    """(module, attribute, label, message): the runtime's own answers to ``exercise``, to refuse
-    in the child (see :mod:`attention_course.checks.answers`)."""
-    return [list(entry) for entry in blocked_answers(exercise)]
 
 
 def student_seed(seed: int, student: str) -> int:
@@ -110,22 +81,7 @@ def student_plan(plan: GradingPlan, seed: int) -> GradingPlan:
     (students never see them either; the secret seed decides them): recomputing the reference on
     every check for every student cost up to twice the grading time of a class (bench/grading_seeds.py).
     """
-    exercises = []
-    torch_state = torch.random.get_rng_state()
-    try:
-        for ep in plan.exercises:
-            checks = []
-            for cp in ep.checks:
-                if cp.check.public:
-                    checks.append(cp)
-                    continue
-                check_seed = hidden_seed(seed, cp.index)
-                calls = cp.check.make_calls(check_seed)
-                checks.append(CheckPlan(cp.check, cp.index, check_seed, calls,
-                                        outcomes_for(ep.exercise.reference, calls, ep.exercise.kind)))
-            exercises.append(ExercisePlan(ep.exercise, ep.cells_from, checks, ep.blocked))
-    finally:
-        torch.random.set_rng_state(torch_state)
+    exercises = [exercise_plan(ep.exercise, seed, hidden=True, keep=ep) for ep in plan.exercises]
     return GradingPlan(plan.chapter, seed, exercises, plan.standard_setup, plan.extra_files)
 
 
@@ -136,24 +92,11 @@ def build_plan(chapter: int, seed: int, extra_checks: Optional[Path] = None,
         raise ValueError(f"chapter {chapter} has no registered exercise")
     table = ExerciseTable(exercises)
     extra = load_extra_checks(extra_checks, table) if extra_checks else []
-    plans = []
-    torch_state = torch.random.get_rng_state()
-    try:
-        for ex in table.ordered():
-            checks = []
-            for index, check in enumerate(ex.checks):
-                check_seed = hidden_seed(seed, index)
-                calls = check.make_calls(check_seed)
-                reference = outcomes_for(ex.reference, calls, ex.kind)
-                checks.append(CheckPlan(check, index, check_seed, calls, reference))
-            plans.append(ExercisePlan(ex, table.cells_from[ex.label], checks, _blocked_names(ex)))
-    finally:
-        torch.random.set_rng_state(torch_state)
+    plans = [exercise_plan(ex, seed, hidden=True, cells_from=table.cells_from[ex.label]) for ex in table.ordered()]
     return GradingPlan(chapter, seed, plans, standard_setup(chapter, root), extra)
 
 
 # ------------------------------------------------------------------ submissions
-
 
 @dataclass
 class Submission:
@@ -286,7 +229,6 @@ def prepare(sub: Submission, plan: GradingPlan) -> Prepared:
 
 # ------------------------------------------------------------------ results
 
-
 @dataclass
 class ExerciseResult:
     label: str
@@ -301,6 +243,7 @@ class ExerciseResult:
     # False when nothing of the student's was tried: the untouched stub, no cells for the
     # exercise, or an unreadable submission (the item analysis counts the others).
     attempted: bool = True
+    stub: bool = False  # the exercise's stub, untouched: its cell or every failed check raised NotImplementedError
 
     @property
     def summary(self) -> str:
@@ -329,13 +272,6 @@ class SubmissionResult:
     @property
     def max_total(self) -> float:
         return round(sum(e.max_points for e in self.exercises), 4)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 ERROR_CHECKS_NOTE = ("the checks of error messages ({names}) count once every other check of the exercise "
@@ -428,10 +364,10 @@ class Grader:
         result.points = round(sum(c.points for c in result.checks), 4)
         if result.points == 0 and not result.reason:
             failed = [c for c in result.checks if not c.passed]
-            if failed and all(c.hint == STUB_HINT for c in failed):
-                result.reason = "not implemented yet (the exercise cell still raises NotImplementedError)"
-                result.attempted = False
-        if result.reason.startswith(NOT_IMPLEMENTED):
+            if failed and all(c.stub for c in failed):
+                result.reason = stub_reason("the exercise cell still raises NotImplementedError")
+                result.stub = True
+        if result.stub:
             result.attempted = False
         return result
 
@@ -446,7 +382,10 @@ class Grader:
         if report.timed_out:
             return f"timed out after {self.time_limit:g} s (infinite loop, or far too slow?)"
         if report.signal is not None:
-            name = _signal_name(report.signal)
+            try:
+                name = signal.Signals(report.signal).name
+            except ValueError:
+                name = f"signal {report.signal}"
             if report.signal == signal.SIGXCPU:
                 return f"used more CPU time than allowed ({name})"
             return f"the process was killed by {name} (it crashed, or killed itself)"
@@ -472,6 +411,7 @@ class Grader:
         if phase in ("setup", "exercise"):
             if error is not None:
                 result.reason = self._error_reason(cell, error)
+                result.stub = error["type"] == "NotImplementedError"
             else:
                 result.reason = f"while running the {cell}: " + self._ended(report)
             result.checks = self._all_failed(ep, result.reason)
@@ -512,7 +452,7 @@ class Grader:
         if kind == "MemoryError" or "allocate" in message.lower():
             return f"the {cell} ran out of memory (limit {self.memory_mb} MB above the baseline){at}"
         if kind == "NotImplementedError":
-            return f"{NOT_IMPLEMENTED} (the {cell} raised NotImplementedError){at}"
+            return stub_reason(f"the {cell} raised NotImplementedError") + at
         return f"the {cell} raised {kind}: {message[:300]}{at}"
 
     # ---------------------------------------------------------- a class
@@ -573,7 +513,6 @@ def default_seed() -> int:
 
 
 # ------------------------------------------------------------------ entry points
-
 
 @dataclass
 class GradingRun:

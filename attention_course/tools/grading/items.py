@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..notebook import printable
+from .formats import csv_safe, fmt_points as _fmt, number_cell as _number
 
 ITEMS_CSV, MISCONCEPTIONS_CSV, ITEMS_PNG = "items.csv", "misconceptions.csv", "items.png"
 
@@ -178,7 +179,6 @@ def _rate(passed: int, attempted: int):
 
 
 def write_items_csv(items: list, chapter: int, path: Path) -> None:
-    from .reports import _number, csv_safe
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["chapter", "exercise", "function", "check_number", "check", "visibility", "points",
@@ -194,7 +194,6 @@ def write_items_csv(items: list, chapter: int, path: Path) -> None:
 
 
 def write_misconceptions_csv(items: list, chapter: int, path: Path) -> None:
-    from .reports import csv_safe
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC)
         writer.writerow(["chapter", "exercise", "function", "kind", "mistake", "description", "students",
@@ -271,11 +270,6 @@ def md_text(text: str) -> str:
 
 def _students(n: int) -> str:
     return f"{n} student{'s' if n != 1 else ''}"
-
-
-def _fmt(points: float) -> str:
-    from .reports import _fmt as fmt
-    return fmt(points)
 
 
 def summary_sections(items: list) -> list:

@@ -18,6 +18,8 @@ import csv
 import io
 from pathlib import Path
 
+from .formats import csv_safe, number_cell
+
 CANVAS_CSV = "canvas.csv"
 IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MATCHED_BY = ("Submission", "SIS Login ID", "SIS User ID", "ID")
@@ -101,7 +103,6 @@ def write_canvas_csv(results: list, roster_path: Path, path: Path, assignment: s
     """Canvas's import CSV: one row per roster student with a submission, the chapter's total in
     the ``assignment`` column; returns who matched no roster row and who on the roster has no
     submission (their grade is left as it is in Canvas: they get no row)."""
-    from .reports import _number, csv_safe
     rows = read_roster(roster_path)
     if not str(assignment).strip():
         raise RosterError("the Canvas assignment's name is empty")
@@ -112,6 +113,6 @@ def write_canvas_csv(results: list, roster_path: Path, path: Path, assignment: s
         writer.writerow(list(IDENTITY) + [assignment])
         for row in sorted(matched.values(), key=lambda r: r["_line"]):
             student = next(s for s, r in matched.items() if r is row)
-            writer.writerow([csv_safe(row[c]) for c in IDENTITY] + [_number(by_student[student].total)])
+            writer.writerow([csv_safe(row[c]) for c in IDENTITY] + [number_cell(by_student[student].total)])
     return {"matched": len(matched), "unmatched": unmatched,
             "absent": [r["Student"] or r["SIS Login ID"] or r["ID"] for r in absent]}

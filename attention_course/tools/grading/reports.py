@@ -15,12 +15,11 @@ from typing import Optional
 
 from ...checks.checking import FAIL, PASS
 from ..notebook import printable
+from .formats import csv_safe, fmt_points as _fmt, number_cell as _number  # noqa: F401 - csv_safe: tests import it here
+from .items import ITEMS_CSV, ITEMS_PNG, MISCONCEPTIONS_CSV, analyse, summary_sections, write_heatmap, \
+    write_items_csv, write_misconceptions_csv
 
 SUMMARY_MD, HISTOGRAM_PNG, GRADES_CSV, LOG_NAME = "summary.md", "histogram.png", "grades.csv", "grading.log"
-
-
-def _fmt(points: float) -> str:
-    return f"{points:.2f}".rstrip("0").rstrip(".") if round(points, 2) % 1 else f"{int(round(points))}"
 
 
 def safe_name(student: str) -> str:
@@ -88,30 +87,6 @@ def feedback_text(result, plan) -> str:
 # ------------------------------------------------------------------ class files
 
 
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_safe(text: str) -> str:
-    """A text cell that a spreadsheet shows as text, never runs as a formula.
-
-    A student's file name such as ``=HYPERLINK(...).ipynb`` becomes a student id that
-    starts with ``=``; as OWASP recommends against CSV injection, a cell that starts
-    with ``= + - @``, a tab or a carriage return gets a leading single quote.
-    :func:`write_csv` also puts every text cell in double quotes (a quote inside is
-    doubled), so a separator or a line break in it cannot start another cell. Every other
-    control character is escaped (:func:`printable`), so that a message from a submission
-    cannot send a terminal escape to whoever prints the file; line breaks and tabs stay, since
-    the quotes already make them harmless and multi-line feedback keeps its lines.
-    """
-    text = printable(text, newlines=True, keep="\r")
-    return "'" + text if text.startswith(_FORMULA_START) else text
-
-
-def _number(points: float):
-    """Points as a number cell (an int when whole, else rounded like :func:`_fmt`)."""
-    return int(points) if points % 1 == 0 else round(float(points), 4)
-
-
 def write_csv(results: list, plan, path: Path) -> None:
     """The gradebook: one row per student; text cells quoted and formula-safe, points as numbers."""
     labels = [ep.label for ep in plan.exercises]
@@ -128,8 +103,6 @@ def write_csv(results: list, plan, path: Path) -> None:
 def write_summary(results: list, plan, out: Path) -> dict:
     """Per-exercise pass rates and mean points; a histogram of totals (PNG, matplotlib Agg); the
     item analysis (:mod:`.items`: items.csv, misconceptions.csv, items.png and its sections)."""
-    from .items import ITEMS_CSV, ITEMS_PNG, MISCONCEPTIONS_CSV, analyse, summary_sections, write_heatmap, \
-        write_items_csv, write_misconceptions_csv
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt

@@ -4,14 +4,16 @@
 
 * ``attention_course/`` – a minimal student-facing package: ``checks/calls.py`` (to run a
   check's calls) and ``checks/disable.py`` (to disable the course's answers), ``plotting.py``, ``data.py``, ``functional.py`` and, when they
-  exist, ``multihead.py``, ``translation.py``, ``transformer.py`` (chapter 8) and
-  ``efficient.py`` (chapter 9), copied from the installed package;
+  exist, ``multihead.py``, ``dates.py`` and ``translation.py`` (chapter 7), ``transformer.py`` (chapter 8),
+  ``kv_cache.py`` and ``efficient.py`` (chapter 9), copied from the installed package;
   an ``__init__.py`` whose ``check()`` only prints that the checks run at grading
   time. There is **no** registry, no exercise module, no ``checks.checking``: the hidden
   checks, the references and the kept mistakes never reach a child;
 * the package's data folders (``pretrained/``: model weights and tables), which a
   child may read;
-* ``_ac_zygote.py`` – the zygote program (:mod:`attention_course.tools.grading.zygote_main`).
+* ``_ac_zygote.py`` – the zygote program (:mod:`attention_course.tools.grading.zygote_main`), and
+  ``_ac_walls.py`` beside it – the kernel walls it raises in every child
+  (:mod:`attention_course.tools.grading.walls`: Landlock, seccomp, capabilities).
 
 A runtime module that imports something the runtime lacks (e.g. the registry) is
 skipped by the zygote with a logged warning rather than shipped with its imports.
@@ -119,4 +121,5 @@ def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
                     shutil.copyfile(path, pkg / name / path.name)
     (pkg / "__init__.py").write_text(INIT_TEMPLATE.format(version=__version__), encoding="utf-8")
     shutil.copyfile(Path(__file__).with_name("zygote_main.py"), dest / "_ac_zygote.py")
+    shutil.copyfile(Path(__file__).with_name("walls.py"), dest / "_ac_walls.py")
     return shipped, warnings

@@ -188,6 +188,15 @@ def write_shard(out: Path, index: int, count: int, plan, class_names: list, resu
     return path
 
 
+def write_class_record(out: Path, plan, results: list, *, per_student: bool, log_header: list, ignored: list,
+                       seconds: float) -> Path:
+    """The class's record beside its class files, ``out/record.jsonl``: what ``grade --regrade OUT`` reuses
+    (the record of one shard of one, the whole class in its order)."""
+    return write_shard(out, 0, 1, plan, [r.student for r in results], results, list(range(len(results))),
+                       per_student=per_student, log_header=log_header, ignored=ignored, seconds=seconds,
+                       name=RECORD_NAME)
+
+
 # ------------------------------------------------------------------ merging
 
 

@@ -33,8 +33,8 @@ from typing import Optional
 
 from ..notebook import NotebookError, exercise_code, load_cells
 from ...checks.registry import all_exercises
+from .formats import csv_safe
 from .grader import MAX_NOTEBOOK_BYTES, Submission
-from .reports import csv_safe
 
 SIMILARITY_HTML, SIMILARITY_CSV = "similarity.html", "similarity.csv"
 MAX_CELL_CHARS = 50_000

@@ -1,0 +1,37 @@
+"""How the grader's files write points and text: one place for every report that writes them.
+
+:mod:`.reports` (grades.csv, feedback, summary.md), :mod:`.items` (items.csv,
+misconceptions.csv), :mod:`.lms` (canvas.csv) and :mod:`.similarity` (similarity.csv) all
+import these; this module imports none of them.
+"""
+from __future__ import annotations
+
+from ..notebook import printable
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def fmt_points(points: float) -> str:
+    """Points as text: whole points without decimals, others with at most two (``1.5``, ``0.33``)."""
+    return f"{points:.2f}".rstrip("0").rstrip(".") if round(points, 2) % 1 else f"{int(round(points))}"
+
+
+def number_cell(points: float):
+    """Points as a number cell (an int when whole, else rounded to four decimals)."""
+    return int(points) if points % 1 == 0 else round(float(points), 4)
+
+
+def csv_safe(text: str) -> str:
+    """A text cell that a spreadsheet shows as text, never runs as a formula.
+
+    A student's file name such as ``=HYPERLINK(...).ipynb`` becomes a student id that
+    starts with ``=``; as OWASP recommends against CSV injection, a cell that starts
+    with ``= + - @``, a tab or a carriage return gets a leading single quote.
+    :func:`.reports.write_csv` also puts every text cell in double quotes (a quote inside is
+    doubled), so a separator or a line break in it cannot start another cell. Every other
+    control character is escaped (:func:`printable`), so that a message from a submission
+    cannot send a terminal escape to whoever prints the file; line breaks and tabs stay, since
+    the quotes already make them harmless and multi-line feedback keeps its lines.
+    """
+    text = printable(text, newlines=True, keep="\r")
+    return "'" + text if text.startswith(_FORMULA_START) else text
