@@ -537,4 +537,14 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None, thoro
         passed = sum(r.passed for r in results)
         print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} public checks passed")
     for r in results:
-        print("  " + r.line().replace("\n", "\n  "))
+        print("  " + _printable(r.line()).replace("\n", "\n  "))
+
+
+def _printable(text: str) -> str:
+    """``text`` with every control or format character but line breaks and tabs escaped: an answer's
+    error message (an OSC 52 clipboard write, a screen clear) reaches no terminal raw. The same rule as
+    ``tools.notebook.printable``, which the check engine may not import (:mod:`attention_course.rooms`)."""
+    import unicodedata
+    return "".join(c if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")
+                   else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                   else f"\\U{ord(c):08x}" for c in str(text))

@@ -150,8 +150,8 @@ def _print_class(command: str, done) -> int:
     print(f"wrote {out}/grades.csv, {out}/feedback/ ({len(results)} files), {out}/summary.md, "
           f"{out}/histogram.png, {out}/items.csv, {out}/misconceptions.csv, {out}/items.png, {out}/grading.log, "
           f"{out}/record.jsonl")
-    if files.canvas_error is not None:
-        print(f"attention-course {command}: {files.canvas_error}", file=sys.stderr)
+    if files.problems:
+        print(f"attention-course {command}: {'; '.join(files.problems)}", file=sys.stderr)
         return 2
     if files.canvas is not None:
         canvas, name = files.canvas, files.canvas_name

@@ -142,6 +142,7 @@ def run_progress(notebooks: list, jobs: int = 2, time_limit: float = 10.0, memor
     import torch
 
     from .grading.grader import Grader, Submission, prepare
+    from .grading.grader_io import grader_error_reason
     from .grading.sandbox import Sandbox
 
     if not notebooks:
@@ -174,7 +175,7 @@ def run_progress(notebooks: list, jobs: int = 2, time_limit: float = 10.0, memor
             try:
                 result = grader.grade_exercise(ep, prepared)
             except Exception as error:  # noqa: BLE001 - one exercise's trouble must not stop the report
-                book.exercises[i].reason = f"could not be checked: {type(error).__name__}: {error}"
+                book.exercises[i].reason = f"could not be checked: {grader_error_reason(error)}"
                 return
             status, reason = _status(result)
             e = book.exercises[i]
@@ -225,8 +226,8 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
     width = width or shutil.get_terminal_size((100, 24)).columns
     lines = []
     for book in sorted(books, key=lambda b: (b.chapter, str(b.path))):
-        lines.append(style(f"Chapter {book.chapter} \u00b7 {book.title}", "bold") + "  "
-                     + style(str(book.path), "dim"))
+        lines.append(style(f"Chapter {book.chapter} \u00b7 {printable(book.title)}", "bold") + "  "
+                     + style(printable(book.path), "dim"))
         title_width = max(len(e.title) for e in book.exercises)
         for e in book.exercises:
             mark, colour = _MARK[e.status]
@@ -234,7 +235,8 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
             lines.append(f"  {style(mark, colour)} {e.label}  {e.title.ljust(title_width)}  "
                          f"{e.passed}/{e.total} checks  " + style(state, "dim" if e.status == NOT_STARTED else colour))
             if e.reason and e.status in (FAILING, MISSING):
-                wrapped = textwrap.wrap(re.sub(r"\s+", " ", e.reason), max(40, width - 6))
+                # An error message the reader's code raised: no escape sequence reaches the terminal.
+                wrapped = textwrap.wrap(printable(re.sub(r"\s+", " ", e.reason)), max(40, width - 6))
                 if len(wrapped) > 3:
                     wrapped = wrapped[:3]
                     wrapped[-1] = _shorten(wrapped[-1] + " …", max(40, width - 6))
@@ -260,7 +262,7 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
                            f"passed, in {len(books)} notebook{'s' if len(books) != 1 else ''}", "bold"))
         if pending:
             book, nxt = pending[0]
-            lines.append(f"Next:  {style(nxt.label, 'bold')} {nxt.title} ({book.path})")
+            lines.append(f"Next:  {style(nxt.label, 'bold')} {nxt.title} ({printable(book.path)})")
         else:
             lines.append(style("All done: every exercise passes its public checks.", "green", "bold"))
     return "\n".join(lines) + "\n"

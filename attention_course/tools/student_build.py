@@ -23,6 +23,11 @@ opens it: a *practice* exercise, or an exercise of a chapter whose answers are r
 (:func:`attention_course.checks.answers.blocked_answers`) keeps its name in the shipped module,
 bound to a stand-in (:mod:`attention_course.withheld`) that calls the student's own answer
 of the same name. So chapter 3's later cells run on the student's own ``masked_softmax``.
+Before it is written, the stand-in replays the course's results recorded when the release was
+made (``public_checks/withheld_calls.pt``: :func:`worked_examples`, and the calls other exercises'
+public checks make; :func:`attention_course.tools.stored_checks.record_withheld_calls`): the
+worked examples run top to bottom, and an exercise that uses the piece does not depend on the
+student's answer to it.
 
 **The rule for later chapters (release in sequence).** A withheld piece that shipped code
 outside it, or a notebook of another released chapter, uses would break that material (the
@@ -44,9 +49,9 @@ import torch
 
 from ..rooms import LIBRARY, LIBRARY_SUPPORT
 # The stored public checks (and the build's error, and what never ships), re-exported from here.
-from .stored_checks import (PUBLIC_CHECKS_INIT, STORE_NAME, StudentBuildError, _absolute_source,  # noqa: F401
-                            _code_names, _CodeCollector, _input_names, _lambda_source, _module_assignment,
-                            build_store, never_shipped)
+from .stored_checks import (CALLS_NAME, PUBLIC_CHECKS_INIT, STORE_NAME, StudentBuildError,  # noqa: F401
+                            _absolute_source, _code_names, _CodeCollector, _input_names, _lambda_source,
+                            _module_assignment, build_store, never_shipped, record_withheld_calls)
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = __name__.split(".")[0]
@@ -412,6 +417,31 @@ def notebook_uses(code: str) -> set:
     return used
 
 
+def worked_examples(plan: ReleasePlan, root: Path, pieces: list) -> dict:
+    """``{chapter: [(cell index, source)]}``: the code cells before a released chapter's first
+    exercise, up to the last one that uses a withheld piece of the student's own chapter (their
+    results are recorded, so that the release's stand-ins can replay them before it is written)."""
+    import nbformat
+    from .release import chapter_number, solution_paths
+    keys = {(p.module, p.attr) for p in pieces if p.delegates}
+    out = {}
+    for path in solution_paths(root):
+        if chapter_number(path) not in plan.chapters:
+            continue
+        cells = []
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type == "markdown" and "{exercise}" in cell.source:
+                break
+            if cell.cell_type == "code" and "solution-only" not in cell.metadata.get("tags", []):
+                cells.append((index, cell.source))
+        imports = "\n".join(line for _, source in cells for line in source.splitlines()
+                            if line.startswith(("import ", "from ")))
+        used = [n for n, (_, source) in enumerate(cells) if notebook_uses(imports + "\n" + source) & keys]
+        if used:
+            out[chapter_number(path)] = cells[:used[-1] + 1]
+    return out
+
+
 # ---------------------------------------------------------------- the package
 
 def shipped_modules(plan: ReleasePlan, root: Path) -> tuple:
@@ -470,6 +500,9 @@ def write_package(dest: Path, plan: ReleasePlan, root: Path, store_cache: Option
     checks_dir = pkg / "public_checks"
     checks_dir.mkdir()
     torch.save(data, checks_dir / STORE_NAME)
+    calls = record_withheld_calls(pieces, labels, worked_examples(plan, root, pieces))
+    if calls:  # what the stand-ins replay (attention_course.withheld): results on fixed inputs, no code
+        torch.save(calls, checks_dir / CALLS_NAME)
     (checks_dir / "__init__.py").write_text(PUBLIC_CHECKS_INIT.format(store=STORE_NAME), encoding="utf-8")
     for label, source in code.items():
         (checks_dir / f"{label}.py").write_text(source, encoding="utf-8")

@@ -274,7 +274,9 @@ def intro_text(root: Path, plan: ReleasePlan, titles: dict) -> str:
         "",
         "Where a chapter's library uses the answer to one of its graded exercises (chapter 3's",
         "`masked_softmax`, for example), this release does not ship that piece: the library calls",
-        "**your own** answer of the same name, so run your exercise cell before the cells that need it.",
+        "**your own** answer of the same name once you have run your exercise cell. Until then, the",
+        "chapter's worked examples show the course's results (a one-line note says so), and an exercise",
+        "that uses the library's piece is checked on the course's results, not on your earlier answer.",
         "",
         "{doc}`exercises` lists the exercises of this release.",
     ]

@@ -2,10 +2,13 @@
 
 One module per concern:
 
-* :mod:`.zygote_main` – the zygote and its sandboxed children (rlimits, clean env)
-* :mod:`.walls`       – the kernel's walls around a child: Landlock, seccomp, capabilities (copied beside the zygote)
+* :mod:`.zygote_main` – the zygote and its sandboxed children (rlimits, clean env, the walls in order)
+* :mod:`.walls`       – the kernel's walls around a child: private namespaces, Landlock, the seccomp allow-list
+  (libseccomp; the hand-written deny-list where it is missing), capabilities (copied beside the zygote)
+* :mod:`.syscalls`    – the system calls a child may make, frozen as data (copied beside the zygote)
 * :mod:`.runtime`     – the student-facing runtime package a child may import
 * :mod:`.sandbox`     – parent side: zygote processes, safe reading and validation of outcomes
+* :mod:`.grader_io`   – the grader's own files: removal that never recurses or raises, grader-side I/O errors
 * :mod:`.grader`      – a class's plan (from :func:`attention_course.checks.plan.exercise_plan`), submissions, judging, scores
 * :mod:`.classrun`    – one function per verb of the command line: grade a class, a shard or a regrade; merge shards
 * :mod:`.extra`       – ``--extra-checks``: private checks added by an instructor

@@ -16,14 +16,15 @@ message the command line prints after ``attention-course VERB:`` (exit status 2)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from ..notebook import printable
 from .grader import Submission, build_plan, discover, result_log_line, run_grading
 from .lms import CANVAS_CSV, RosterError, read_roster, write_canvas_csv
-from .reports import ProgressBar, feedback_text, write_class_reports
+from .grader_io import is_grader_error
+from .reports import ClassReportsError, ProgressBar, feedback_text, write_class_reports
 from .shards import (RECORD_NAME, ShardError, merge_shards, parse_shard, plan_fingerprint, regrade_split,
                      shard_positions, write_class_record, write_shard)
 
@@ -80,8 +81,14 @@ class ClassFiles:
     summary: dict                     # :func:`.reports.write_class_reports`'s answer
     canvas: Optional[dict] = None     # :func:`.lms.write_canvas_csv`'s answer, with a roster
     canvas_assignment: str = ""
-    canvas_error: Optional[str] = None  # why canvas.csv could not be written (the other files were)
     canvas_name: str = CANVAS_CSV
+    # Why canvas.csv, or another class file, could not be written (the others were), or which exercises the
+    # grader itself failed to grade (grader errors: regrade them). The command line prints them last and
+    # exits 2.
+    problems: list = field(default_factory=list)
+
+    def problem(self, text: str) -> None:
+        self.problems.append(printable(text))
 
     @property
     def flagged(self) -> int:
@@ -169,7 +176,10 @@ def _grade_notebook(path: Path, chapter: int, options: GradeOptions, out: Option
     done = NotebookGraded(printable(feedback_text(run.results[0], run.plan), newlines=True), run.plan.seed,
                           run.seconds)
     if out:
-        write_class_reports(run.results, run.plan, Path(out), run.log)
+        try:
+            write_class_reports(run.results, run.plan, Path(out), run.log)
+        except ClassReportsError as error:
+            raise Refused(f"{done.feedback}\n{error}") from error
     return done
 
 
@@ -250,16 +260,31 @@ def write_class_files(results: list, plan, out: Path, log: list, *, canvas_roste
                       canvas_assignment: Optional[str] = None, per_student: bool, log_header: list,
                       ignored: list, seconds: float) -> ClassFiles:
     """The class files of a graded class (a single run, a regrade or merged shards), the same for all:
-    the reports, canvas.csv with a roster (a roster that matches badly is reported in ``canvas_error``,
-    the other files are written), then the class's record."""
-    files = ClassFiles(Path(out), plan, results, write_class_reports(results, plan, out, log))
+    the reports, canvas.csv with a roster (a roster that matches badly is reported in ``problems``,
+    the other files are written), then the class's record. Each file is written whatever another one's
+    trouble; what failed, and the exercises that the grader itself could not grade, are in ``problems``."""
+    try:
+        files = ClassFiles(Path(out), plan, results, write_class_reports(results, plan, out, log))
+    except ClassReportsError as error:
+        files = ClassFiles(Path(out), plan, results, error.summary)
+        files.problem(str(error))
     if canvas_roster:
         files.canvas_assignment = canvas_assignment or f"Chapter {plan.chapter:02d}"
         try:
             files.canvas = write_canvas_csv(results, Path(canvas_roster), files.out / CANVAS_CSV,
                                             files.canvas_assignment)
         except RosterError as error:
-            files.canvas_error = str(error)
-    write_class_record(files.out, plan, results, per_student=per_student, log_header=log_header, ignored=ignored,
-                       seconds=seconds)
+            files.problem(str(error))
+        except OSError as error:
+            files.problem(f"could not write {CANVAS_CSV}: {error}")
+    try:
+        write_class_record(files.out, plan, results, per_student=per_student, log_header=log_header,
+                           ignored=ignored, seconds=seconds)
+    except OSError as error:
+        files.problem(f"could not write {RECORD_NAME}: {error}")
+    ungraded = [f"{r.student} {e.label}" for r in results for e in r.exercises if is_grader_error(e.reason)]
+    if ungraded:
+        files.problem(f"the grader itself failed on {len(ungraded)} exercise(s), which scored 0 marked "
+                      f"'grader error' in grades.csv and their feedback: grade them again (--regrade DIR "
+                      f"--only NAMES): {', '.join(ungraded[:10])}" + (" ..." if len(ungraded) > 10 else ""))
     return files

@@ -6,7 +6,13 @@ import these; this module imports none of them.
 """
 from __future__ import annotations
 
+import hashlib
+
 from ..notebook import printable
+
+# A file name's stem derived from a submission: room for "~N" and an extension within the 255 bytes
+# a file name may take on Linux (ext4, tmpfs) and macOS.
+MAX_STEM_BYTES = 180
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -35,3 +41,14 @@ def csv_safe(text: str) -> str:
     """
     text = printable(text, newlines=True, keep="\r")
     return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def cap_bytes(name: str, whole: str = "", limit: int = MAX_STEM_BYTES) -> str:
+    """``name`` in at most ``limit`` bytes of UTF-8, never splitting a character (a file name's limit is
+    in bytes: 85 CJK letters are 255). A name cut short ends with ``-`` and 8 hex digits of ``whole``'s
+    digest (the name it came from), so that two long names sharing their beginning stay apart."""
+    raw = name.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return name
+    digest = hashlib.sha256((whole or name).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return raw[:max(0, limit - 9)].decode("utf-8", "ignore") + "-" + digest

@@ -27,6 +27,7 @@ from ...checks.plan import ExercisePlan, exercise_plan
 from ..notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, printable, setup_code
 from ...checks.registry import all_exercises
 from .extra import ExerciseTable, load_extra_checks
+from .grader_io import grader_error_reason
 from .runtime import PACKAGE_DIR, RUNTIME_MODULES
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
@@ -489,9 +490,9 @@ class Grader:
                 seed, plan, calls_path = self.plan_of(student)
                 results[student].seed = seed
                 er = self.grade_exercise(plan.exercises[i], prepared, calls_path)
-            except Exception as error:  # noqa: BLE001 - a grader bug must not stop the class
+            except Exception as error:  # noqa: BLE001 - a grader bug (or its disk) must not stop the class
                 er = ExerciseResult(ep.label, ep.exercise.name, ep.exercise.title, float(ep.exercise.points),
-                                    reason=f"internal grader error: {type(error).__name__}: {error}")
+                                    reason=grader_error_reason(error), attempted=False)
                 er.checks = self._all_failed(ep, er.reason)
             with lock:
                 results[student].exercises[i] = er
@@ -541,6 +542,7 @@ def _log_header(plan: GradingPlan, sandbox, time_limit, memory_mb, jobs) -> list
     abi = sandbox.landlock_abi
     lines.append(f"sandbox: Landlock ABI {abi}" + (" (files, TCP, signals, abstract sockets)" if abi >= 6 else "")
                  if abi else "sandbox: WARNING Landlock unavailable; children are not confined to their scratch folder")
+    lines.append(f"protections: {sandbox.info.get('protections', 'not reported by the zygote')}")
     for w in sandbox.warnings:
         lines.append(f"warning: {w}")
     blocked = [f"{m}.{a} ({l})" for p in plan.exercises for m, a, l, *_ in p.blocked]

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ...checks.checking import FAIL, PASS
 from ..notebook import printable
-from .formats import csv_safe, fmt_points as _fmt, number_cell as _number  # noqa: F401 - csv_safe: tests import it here
+from .formats import cap_bytes, csv_safe, fmt_points as _fmt, number_cell as _number  # noqa: F401 - csv_safe: tests
 from .items import ITEMS_CSV, ITEMS_PNG, MISCONCEPTIONS_CSV, analyse, summary_sections, write_heatmap, \
     write_items_csv, write_misconceptions_csv
 
@@ -23,8 +23,10 @@ SUMMARY_MD, HISTOGRAM_PNG, GRADES_CSV, LOG_NAME = "summary.md", "histogram.png",
 
 
 def safe_name(student: str) -> str:
+    """A file name's stem for ``student``: letters, digits, ``.-_``; at most 100 characters and
+    :data:`.formats.MAX_STEM_BYTES` bytes (:func:`.formats.cap_bytes`)."""
     name = re.sub(r"[^\w.-]+", "_", student).strip("._") or "student"
-    return name[:100]
+    return cap_bytes(name[:100], student)
 
 
 def feedback_names(results: list) -> list:
@@ -100,9 +102,16 @@ def write_csv(results: list, plan, path: Path) -> None:
                             + [_number(r.total), _number(r.max_total), csv_safe(" | ".join(notes)[:2000])])
 
 
-def write_summary(results: list, plan, out: Path) -> dict:
+def write_summary(results: list, plan, out: Path, failed: Optional[list] = None) -> dict:
     """Per-exercise pass rates and mean points; a histogram of totals (PNG, matplotlib Agg); the
-    item analysis (:mod:`.items`: items.csv, misconceptions.csv, items.png and its sections)."""
+    item analysis (:mod:`.items`: items.csv, misconceptions.csv, items.png and its sections).
+    With ``failed`` (a list), a file that cannot be written is added to it and the others are written."""
+    if failed is None:
+        def attempt(name, write):
+            write()
+    else:
+        def attempt(name, write):
+            _attempt(failed, name, write)
     import matplotlib
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
@@ -128,8 +137,10 @@ def write_summary(results: list, plan, out: Path) -> dict:
     ax.set_ylabel("submissions")
     ax.set_title(f"Chapter {plan.chapter:02d}: {n} submissions")
     fig.tight_layout()
-    fig.savefig(out / HISTOGRAM_PNG, dpi=100)
-    plt.close(fig)
+    try:
+        attempt(HISTOGRAM_PNG, lambda: fig.savefig(out / HISTOGRAM_PNG, dpi=100))
+    finally:
+        plt.close(fig)
     mean_total = sum(totals) / n if n else 0.0
     median = sorted(totals)[n // 2] if n else 0.0
     lines = [f"# Chapter {plan.chapter:02d}: class summary", "",
@@ -143,22 +154,54 @@ def write_summary(results: list, plan, out: Path) -> dict:
                      f"{row['check_pass_rate']:.0%} | {row['mean_points']:.2f} |")
     lines += ["", f"![Histogram of totals]({HISTOGRAM_PNG})", ""]
     items = analyse(results, plan)
-    write_items_csv(items, plan.chapter, out / ITEMS_CSV)
-    write_misconceptions_csv(items, plan.chapter, out / MISCONCEPTIONS_CSV)
-    write_heatmap(items, plan.chapter, out / ITEMS_PNG)
+    attempt(ITEMS_CSV, lambda: write_items_csv(items, plan.chapter, out / ITEMS_CSV))
+    attempt(MISCONCEPTIONS_CSV, lambda: write_misconceptions_csv(items, plan.chapter, out / MISCONCEPTIONS_CSV))
+    attempt(ITEMS_PNG, lambda: write_heatmap(items, plan.chapter, out / ITEMS_PNG))
     lines += summary_sections(items)
-    (out / SUMMARY_MD).write_text("\n".join(lines), encoding="utf-8")
+    attempt(SUMMARY_MD, lambda: (out / SUMMARY_MD).write_text("\n".join(lines), encoding="utf-8"))
     return {"submissions": n, "mean_total": mean_total, "exercises": rows, "items": items}
 
 
+class ClassReportsError(OSError):
+    """Some class files could not be written; every other one was. ``failed``: (file, reason) pairs;
+    ``summary``: what :func:`write_class_reports` answers otherwise."""
+
+    def __init__(self, failed: list, summary: dict):
+        shown = "; ".join(f"{name}: {why}" for name, why in failed[:5])
+        more = f" (and {len(failed) - 5} more)" if len(failed) > 5 else ""
+        super().__init__(printable(f"could not write {len(failed)} class file(s), the others were written: "
+                                   f"{shown}{more}"))
+        self.failed, self.summary = failed, summary
+
+
+def _attempt(failed: list, name: str, write) -> None:
+    """``write()``; a failure (a full disk, a name too long) is added to ``failed``, never raised."""
+    try:
+        write()
+    except Exception as error:  # noqa: BLE001 - one file's trouble must not cost the others
+        failed.append((name, f"{type(error).__name__}: {getattr(error, 'strerror', None) or error}"))
+
+
 def write_class_reports(results: list, plan, out: Path, log_lines: list) -> dict:
+    """grades.csv, a feedback file per student, summary.md and the item analysis, grading.log. Each file
+    is written even when another one fails; then :class:`ClassReportsError` names what failed."""
     out = Path(out)
-    (out / "feedback").mkdir(parents=True, exist_ok=True)
-    write_csv(results, plan, out / GRADES_CSV)
+    failed: list = []
+    summary: dict = {}
+    _attempt(failed, "feedback/", lambda: (out / "feedback").mkdir(parents=True, exist_ok=True))
+    _attempt(failed, GRADES_CSV, lambda: write_csv(results, plan, out / GRADES_CSV))
     for r, name in zip(results, feedback_names(results)):
-        (out / "feedback" / name).write_text(feedback_markdown(r, plan), encoding="utf-8")
-    summary = write_summary(results, plan, out)
-    (out / LOG_NAME).write_text("\n".join(log_lines) + "\n", encoding="utf-8")
+        _attempt(failed, f"feedback/{name}",
+                 lambda r=r, name=name: (out / "feedback" / name).write_text(feedback_markdown(r, plan),
+                                                                               encoding="utf-8"))
+    _attempt(failed, SUMMARY_MD, lambda: summary.update(write_summary(results, plan, out, failed)))
+    _attempt(failed, LOG_NAME, lambda: (out / LOG_NAME).write_text("\n".join(log_lines) + "\n", encoding="utf-8"))
+    if not summary:  # the summary itself failed: what the command line prints of it still holds
+        totals = [r.total for r in results]
+        summary.update(submissions=len(totals), mean_total=sum(totals) / len(totals) if totals else 0.0,
+                       exercises=[], items=[])
+    if failed:
+        raise ClassReportsError(failed, summary)
     return summary
 
 

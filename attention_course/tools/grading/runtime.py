@@ -13,7 +13,8 @@
   child may read;
 * ``_ac_zygote.py`` – the zygote program (:mod:`attention_course.tools.grading.zygote_main`), and
   ``_ac_walls.py`` beside it – the kernel walls it raises in every child
-  (:mod:`attention_course.tools.grading.walls`: Landlock, seccomp, capabilities).
+  (:mod:`attention_course.tools.grading.walls`: Landlock, seccomp, namespaces, capabilities), with
+  ``_ac_syscalls.py``, its seccomp allow-list (:mod:`attention_course.tools.grading.syscalls`).
 
 A runtime module that imports something the runtime lacks (e.g. the registry) is
 skipped by the zygote with a logged warning rather than shipped with its imports.
@@ -122,4 +123,5 @@ def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
     (pkg / "__init__.py").write_text(INIT_TEMPLATE.format(version=__version__), encoding="utf-8")
     shutil.copyfile(Path(__file__).with_name("zygote_main.py"), dest / "_ac_zygote.py")
     shutil.copyfile(Path(__file__).with_name("walls.py"), dest / "_ac_walls.py")
+    shutil.copyfile(Path(__file__).with_name("syscalls.py"), dest / "_ac_syscalls.py")
     return shipped, warnings

@@ -12,9 +12,9 @@ whose allowed types let a 908-byte file make the grader allocate 2.66 GB.)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
-import shutil
 import site
 import stat
 import subprocess
@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import torch
 
+from .grader_io import GRADER_ERRNOS, GraderIOError, rmtree as _rmtree, why as _why
 from .runtime import RUNTIME_DATA_DIRS, RUNTIME_MODULES, build_runtime
 
 MAX_OUTCOME_BYTES = 64 * 1024 * 1024
@@ -50,6 +51,9 @@ DEV_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 
 class InvalidOutcome(ValueError):
     """A child's outcome file that is not plain data of the expected shape."""
+
+
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------ paths the child may read
@@ -240,6 +244,7 @@ class Sandbox:
         self.info: dict = {}
         self._job = 0
         self._job_lock = threading.Lock()
+        self.cleanup_problems: list = []  # what could not be removed (logged; never raised)
 
     # ---------------------------------------------------------- lifecycle
     def __enter__(self) -> "Sandbox":
@@ -283,10 +288,27 @@ class Sandbox:
         self._free = list(self.zygotes)
 
     def close(self) -> None:
+        """Stop the zygotes and remove the working folder; never raises (a child's leftovers, however
+        deep, cannot turn a graded class into a failed command): what stays is logged."""
         for z in self.zygotes:
-            z.kill()
+            try:
+                z.kill()
+            except Exception as error:  # noqa: BLE001
+                self._cleanup_failed(f"{z.name}: could not be stopped ({type(error).__name__}: {error})")
         if self._own_workdir:
-            _rmtree(self.workdir)
+            self._remove(self.workdir)
+
+    def _remove(self, path: Path) -> None:
+        try:
+            problems = _rmtree(path)
+        except Exception as error:  # noqa: BLE001 - _rmtree catches its own; this is the last guard
+            problems = [f"{path}: {type(error).__name__}: {error}"]
+        for problem in problems:
+            self._cleanup_failed(problem)
+
+    def _cleanup_failed(self, problem: str) -> None:
+        self.cleanup_problems.append(problem)
+        log.warning("grading sandbox: could not clean up %s", problem)
 
     @property
     def landlock_abi(self) -> int:
@@ -298,19 +320,39 @@ class Sandbox:
 
     # ---------------------------------------------------------- calls files
     def write_calls(self, name: str, calls_by_label: dict) -> str:
-        """Write the calls of every exercise (plain data) for the zygotes; return its path."""
+        """Write the calls of every exercise (plain data) for the zygotes; return its path. Tried twice;
+        then :class:`GraderIOError` (the grader's disk, never a student's)."""
         path = self.workdir / "calls" / f"{name}.pt"
-        torch.save(calls_by_label, path)
-        return str(path)
+        for attempt in (1, 2):
+            try:
+                torch.save(calls_by_label, path)
+                return str(path)
+            except OSError as error:
+                if attempt == 2:
+                    raise GraderIOError(error.errno, f"the grader could not write the calls file "
+                                                     f"{path.name}: {_why(error)}") from error
 
     # ---------------------------------------------------------- running one child
     def run(self, request: dict) -> tuple:
-        """Run one child; return (ChildReport, validated outcome or None, problem, stderr tail)."""
+        """Run one child; return (ChildReport, validated outcome or None, problem, stderr tail).
+
+        When the grader's own I/O fails (its scratch folder cannot be made, the outcome cannot be read
+        back), the child runs once more; then :class:`GraderIOError`: no outcome of the student's code."""
+        try:
+            return self._run_once(request)
+        except GraderIOError:
+            return self._run_once(request)
+
+    def _run_once(self, request: dict) -> tuple:
         with self._job_lock:
             self._job += 1
             job = self._job
         scratch = self.workdir / "scratch" / f"job{job}"
-        scratch.mkdir(mode=0o700)
+        try:
+            scratch.mkdir(mode=0o700)
+        except OSError as error:
+            raise GraderIOError(error.errno, f"the grader could not make a scratch folder: "
+                                             f"{_why(error)}") from error
         with self._cond:
             while not self._free:
                 self._cond.wait()
@@ -332,8 +374,11 @@ class Sandbox:
                 except InvalidOutcome as error:
                     problem = f"invalid outcome file ({error})"
             stderr = (read_capped(scratch / "stderr.txt", 20_000, tail=True) or b"").decode("utf-8", "replace")
+        except OSError as error:  # read_capped answers None for what a child can cause
+            raise GraderIOError(error.errno, f"the grader could not read back the outcome: "
+                                             f"{_why(error)}") from error
         finally:
-            _rmtree(scratch)
+            self._remove(scratch)
         return report, outcome, problem, stderr
 
 
@@ -351,22 +396,16 @@ def _matplotlib_cache(workdir: Path) -> str:
     return str(path)
 
 
-def _rmtree(path: Path) -> None:
-    def onerror(func, p, _exc):
-        try:
-            os.chmod(p, 0o700)
-            os.chmod(os.path.dirname(p), 0o700)
-            func(p)
-        except OSError:
-            pass
-    shutil.rmtree(path, onerror=onerror)
-
-
 def read_capped(path: Path, cap: int, tail: bool = False) -> Optional[bytes]:
-    """Read a regular file a child wrote, never following a symlink nor blocking on a FIFO."""
+    """Read a regular file a child wrote, never following a symlink nor blocking on a FIFO.
+
+    None for what a child can cause (no file, a link, not a regular file, too large); an
+    :class:`OSError` of the grader's own (:data:`GRADER_ERRNOS`, a failed read) is raised."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    except OSError as error:
+        if error.errno in GRADER_ERRNOS:  # the grader's own trouble: the caller says so
+            raise
         return None
     try:
         info = os.fstat(fd)
@@ -550,5 +589,5 @@ def _validate_call_outcome(outcome: Any) -> None:
             raise InvalidOutcome(f"unexpected key {key!r} in a call outcome")
 
 
-__all__ = ["Sandbox", "ChildReport", "InvalidOutcome", "load_outcome", "read_capped", "read_paths",
+__all__ = ["Sandbox", "ChildReport", "GraderIOError", "InvalidOutcome", "load_outcome", "read_capped", "read_paths",
            "RUNTIME_MODULES"]

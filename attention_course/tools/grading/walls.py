@@ -7,16 +7,28 @@ student code runs:
 * :func:`landlock_restrict` – read/execute only on the given folders and files, read/write only
   on the scratch folder, no TCP bind/connect (ABI >= 4), no signals to and no abstract unix
   sockets of processes outside the sandbox (ABI >= 6);
-* :func:`seccomp_restrict` – no sockets and no new processes (threads stay allowed);
+* :func:`seccomp_restrict` – an allow-list of system calls (:mod:`.syscalls`), everything else refused
+  with EPERM, built with libseccomp; where libseccomp is missing, a hand-written deny-list (no
+  sockets, no new processes); threads stay allowed either way;
+* :func:`private_namespaces` – new user, IPC and network namespaces where the kernel allows them;
 * :func:`drop_capabilities` – root keeps uid 0 but loses every capability;
 * :func:`_prctl` – PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER.
 
 This file is copied into the grading runtime as ``_ac_walls.py`` beside ``_ac_zygote.py`` and
-loaded from there by the zygote, so it imports the standard library only (no ``attention_course``).
+loaded from there by the zygote, so it imports the standard library only (no ``attention_course``)
+and its list of system calls from ``_ac_syscalls.py`` beside it (:mod:`.syscalls` in the package).
 """
 import ctypes
+import ctypes.util
 import errno
 import os
+
+if __package__:
+    from .syscalls import ALLOWED as SYSCALLS_ALLOWED, ENOSYS as SYSCALLS_ENOSYS, \
+        READ_ONLY as SYSCALLS_READ_ONLY, THREADS_ONLY as SYSCALLS_THREADS_ONLY
+else:
+    from _ac_syscalls import ALLOWED as SYSCALLS_ALLOWED, ENOSYS as SYSCALLS_ENOSYS, \
+        READ_ONLY as SYSCALLS_READ_ONLY, THREADS_ONLY as SYSCALLS_THREADS_ONLY
 
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
@@ -95,7 +107,7 @@ def _fs_rights(abi: int) -> int:
     return rights
 
 
-# ------------------------------------------------------------------ seccomp: no sockets, no processes
+# ------------------------------------------------------------------ seccomp: the entry point, and the deny-list fallback
 
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -124,9 +136,21 @@ def seccomp_supported() -> bool:
     return os.uname().machine in _SECCOMP_ARCHES
 
 
-def seccomp_restrict() -> None:
-    """Refuse sockets and new processes to this process and everything it starts (a seccomp BPF
-    filter; needs PR_SET_NO_NEW_PRIVS first). Threads stay allowed. Raise OSError when refused."""
+def seccomp_restrict(allow_list: bool = True) -> str:
+    """Restrict this process's system calls (needs PR_SET_NO_NEW_PRIVS first); threads stay
+    allowed. With libseccomp (and ``allow_list``): only :mod:`.syscalls`' calls, the rest refused
+    with EPERM; without: today's deny-list. Return which was loaded ("allow-list" or "deny-list");
+    raise OSError when the kernel refuses."""
+    if allow_list and _SCMP is not None:
+        _seccomp_allow_list()
+        return "allow-list"
+    _seccomp_deny_list()
+    return "deny-list"
+
+
+def _seccomp_deny_list() -> None:
+    """The fallback where libseccomp is missing: refuse sockets and new processes (a hand-written
+    seccomp BPF filter)."""
     arch, refused, clone_nr = _SECCOMP_ARCHES[os.uname().machine]
     LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
     prog = [(LD_W_ABS, 0, 0, 4)]                                    # seccomp_data.arch
@@ -148,6 +172,144 @@ def seccomp_restrict() -> None:
     if _libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
                    ctypes.c_void_p(ctypes.addressof(fprog)), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
+
+
+# ------------------------------------------------------------------ seccomp: an allow-list (libseccomp)
+
+SCMP_ACT_ALLOW = 0x7FFF0000
+SCMP_FLTATR_ACT_BADARCH = 2
+SCMP_CMP_EQ = 4
+SCMP_CMP_MASKED_EQ = 7
+
+
+class _ScmpArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+class _ScmpVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+
+def _load_libseccomp():
+    """libseccomp through ctypes (loaded once, by the zygote, before any wall), or None."""
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    except OSError:
+        name = ctypes.util.find_library("seccomp")
+        if name is None:
+            return None
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+        except OSError:
+            return None
+    try:
+        lib.seccomp_init.restype = ctypes.c_void_p
+        lib.seccomp_init.argtypes = [ctypes.c_uint32]
+        lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+        lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+        for rule_add in (lib.seccomp_rule_add_array, lib.seccomp_rule_add_exact_array):
+            rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                 ctypes.POINTER(_ScmpArgCmp)]
+        lib.seccomp_load.argtypes = [ctypes.c_void_p]
+        lib.seccomp_release.argtypes = [ctypes.c_void_p]
+        lib.seccomp_release.restype = None
+        lib.seccomp_version.restype = ctypes.POINTER(_ScmpVersion)
+        version = lib.seccomp_version().contents
+        lib.version_text = f"{version.major}.{version.minor}.{version.micro}"
+    except AttributeError:  # too old a libseccomp (< 2.3): the fallback holds
+        return None
+    if hasattr(lib, "seccomp_api_get"):
+        lib.seccomp_api_get()  # probes the kernel once here, not in every forked child
+    return lib
+
+
+_SCMP = _load_libseccomp()
+
+
+def seccomp_description() -> str:
+    """Which seccomp filter a child gets here, in words (for grading.log)."""
+    if _SCMP is None:
+        return "deny-list (fallback: libseccomp missing; sockets and new processes refused)"
+    return (f"allow-list via libseccomp {_SCMP.version_text} ({len(SYSCALLS_ALLOWED)} calls, clone for threads only, "
+            f"limits read-only; the rest refused with EPERM)")
+
+
+_ALLOW_LIST = []  # the filter built once by seccomp_prepare() (the zygote): forked children only load it
+
+
+def seccomp_prepare() -> None:
+    """Build the allow-list's filter once, before forking, so that each child only loads it."""
+    if _SCMP is not None and not _ALLOW_LIST:
+        try:
+            _ALLOW_LIST.append(_build_allow_list())
+        except OSError:  # each child tries again, and the zygote's probe reports it
+            pass
+
+
+def _build_allow_list():
+    lib = _SCMP
+    ctx = lib.seccomp_init(SECCOMP_RET_ERRNO | errno.EPERM)          # default: refused, EPERM
+    if not ctx:
+        raise OSError(errno.ENOMEM, "seccomp_init failed")
+    # another ABI (i386, and x32's numbers on x86_64): refused too, never a kill
+    rc = lib.seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SECCOMP_RET_ERRNO | errno.EPERM)
+    rules = [(name, SCMP_ACT_ALLOW, []) for name in SYSCALLS_ALLOWED]
+    rules += [(name, SCMP_ACT_ALLOW, [(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD)])
+              for name in SYSCALLS_THREADS_ONLY]                    # clone: threads only
+    rules += [(name, SCMP_ACT_ALLOW, [(0, SCMP_CMP_EQ, 0, 0), (2, SCMP_CMP_EQ, 0, 0)])
+              for name in SYSCALLS_READ_ONLY]                       # prlimit64(0, r, NULL, old)
+    rules += [(name, SECCOMP_RET_ERRNO | errno.ENOSYS, []) for name in SYSCALLS_ENOSYS]
+    for name, action, conditions in rules:
+        if rc < 0:
+            break
+        number = lib.seccomp_syscall_resolve_name(name.encode())
+        if number < 0:  # not a call of this architecture
+            continue
+        args = (_ScmpArgCmp * max(1, len(conditions)))(*[_ScmpArgCmp(*c) for c in conditions])
+        rc = lib.seccomp_rule_add_array(ctx, action, number, len(conditions), args)
+    if rc < 0:
+        lib.seccomp_release(ctx)
+        raise OSError(-rc, f"libseccomp refused a rule of the allow-list: {os.strerror(-rc)}")
+    return ctx
+
+
+def _seccomp_allow_list() -> None:
+    ctx = _ALLOW_LIST[0] if _ALLOW_LIST else _build_allow_list()
+    rc = _SCMP.seccomp_load(ctx)
+    if rc < 0:
+        raise OSError(-rc, f"the kernel refused the allow-list: {os.strerror(-rc)}")
+
+
+# ------------------------------------------------------------------ namespaces: user, IPC, network
+
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+NAMESPACES = (("user", CLONE_NEWUSER), ("ipc", CLONE_NEWIPC), ("net", CLONE_NEWNET))
+
+
+def private_namespaces(kinds=("user", "ipc", "net")) -> tuple:
+    """Enter new namespaces of ``kinds``, the user namespace first (so that an unprivileged grader
+    may create the others; its own uid and gid are mapped onto themselves, so files look as
+    before); return the kinds entered. A private IPC namespace has no SysV IPC of anyone else, a
+    private network namespace only a loopback that is down. Raise OSError when the user namespace
+    is entered but cannot be set up."""
+    entered = []
+    uid, gid = os.geteuid(), os.getegid()
+    for kind, flag in NAMESPACES:
+        if kind not in kinds or _libc.unshare(ctypes.c_int(flag)) != 0:
+            continue
+        entered.append(kind)
+        if kind == "user":
+            for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                               ("/proc/self/gid_map", f"{gid} {gid} 1")):
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.write(fd, text.encode())
+                finally:
+                    os.close(fd)
+    return tuple(entered)
 
 
 def _prctl(option, arg2=0, arg3=0, arg4=0, arg5=0) -> int:

@@ -16,12 +16,15 @@ For every request it forks a child that
    files in its scratch folder, closes every other file descriptor, clears
    ``os.environ`` to a small fixed environment and changes into the scratch folder;
 2. sets resource limits (address space relative to its current size, file size,
-   open files, CPU time, no core dumps), dies with the zygote (PDEATHSIG), sets
-   ``PR_SET_NO_NEW_PRIVS``, drops every capability when running as root, and
-   restricts itself with Landlock: read/execute only on the standard library, the
-   allowed site-packages entries and the system library folders, read/write only on
-   its scratch folder, no TCP bind/connect (ABI >= 4), no signals to and no abstract
-   unix sockets of processes outside the sandbox (ABI >= 6);
+   open files, CPU time, no core dumps), dies with the zygote (PDEATHSIG), enters private
+   user, IPC and network namespaces where the kernel allows them, sets
+   ``PR_SET_NO_NEW_PRIVS``, drops every capability when running as root (or in its own
+   user namespace), restricts itself with Landlock: read/execute only on the standard
+   library, the allowed site-packages entries and the system library folders, read/write
+   only on its scratch folder, no TCP bind/connect (ABI >= 4), no signals to and no
+   abstract unix sockets of processes outside the sandbox (ABI >= 6); and last with
+   seccomp: an allow-list of system calls (libseccomp; the rest refused with EPERM), or
+   where libseccomp is missing a deny-list of sockets and new processes;
 3. disables the course's own answer to the exercise being graded as an object, not a
    name: a function's code is replaced by code that raises a clear "no credit" error, a
    class refuses construction and subclassing and its own methods raise, and reloading
@@ -48,8 +51,8 @@ import sys
 import types
 import time
 
-# The kernel walls: Landlock, seccomp, capabilities and prctl (landlock_abi, landlock_restrict,
-# seccomp_supported, seccomp_restrict, drop_capabilities, _prctl, the PR_*/FS_*/NET_*/SCOPE_*
+# The kernel walls: Landlock, seccomp, namespaces, capabilities and prctl (landlock_abi, landlock_restrict,
+# seccomp_supported, seccomp_restrict, private_namespaces, drop_capabilities, _prctl, the PR_*/FS_*/NET_*/SCOPE_*
 # constants and their ctypes structures), every name of them importable from here too. Imported as
 # attention_course.tools.grading.zygote_main (the grader, the tests) they are walls.py of this
 # package; run as the runtime's standalone _ac_zygote.py (python -I -S -B: sys.path holds the
@@ -119,17 +122,20 @@ def _child(req: dict, state: dict) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         cpu = int(req["timeout"]) + 2
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        namespaces = tuple(state.get("namespaces", ()))
+        if namespaces and private_namespaces(namespaces) != namespaces:
+            raise OSError(f"namespaces {', '.join(namespaces)} could not all be entered")
         if _prctl(PR_SET_NO_NEW_PRIVS, 1) != 0:
             raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
-        if os.geteuid() == 0 and state.get("drop_caps", True):
+        if (os.geteuid() == 0 and state.get("drop_caps", True)) or "user" in namespaces:
             drop_capabilities()
         if state["abi"]:
             landlock_restrict(state["abi"], state["read_fds"], scratch_fd, state["dev_fds"])
-        if state.get("seccomp"):
-            seccomp_restrict()
         _close_all_but({0, 1, 2})
         nofile = int(req.get("max_open_files", 64))
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        if state.get("seccomp"):  # last: the allow-list lets limits be read, not set
+            seccomp_restrict(allow_list=state["seccomp"] == "allow-list")
     except BaseException as error:  # the sandbox could not be set up: refuse to run student code
         try:
             os.write(2, f"sandbox setup failed: {type(error).__name__}: {error}\n".encode())
@@ -400,17 +406,25 @@ def _probe_sandbox(state: dict, config: dict, warnings: list) -> None:
 
 
 def _probe_seccomp(state: dict, warnings: list) -> None:
-    """Check once that a child can refuse itself sockets and processes, and still run threads."""
+    """Check once that a child can refuse itself sockets and processes (with the allow-list, where
+    libseccomp is, else the deny-list), and still run threads."""
+    state["seccomp"] = ""
     if not seccomp_supported():
         warnings.append(f"seccomp is not set up on {os.uname().machine}: children may open sockets and "
                         f"start processes")
         return
 
-    def step():
+    def step(allow_list=True):
         import socket
         import threading
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
-        seccomp_restrict()
+        if seccomp_restrict(allow_list) == "allow-list":
+            try:
+                os.close(os.memfd_create("probe"))
+            except PermissionError:
+                pass
+            else:
+                raise RuntimeError("the allow-list let memfd_create through")
         for family, kind in ((socket.AF_INET, socket.SOCK_DGRAM), (socket.AF_UNIX, socket.SOCK_STREAM)):
             try:
                 socket.socket(family, kind).close()
@@ -427,10 +441,44 @@ def _probe_seccomp(state: dict, warnings: list) -> None:
         worker.start()
         worker.join()
 
-    state["seccomp"] = _probe(step)
-    if not state["seccomp"]:
+    if _probe(step):
+        state["seccomp"] = "allow-list" if _SCMP is not None else "deny-list"
+    elif _SCMP is not None and _probe(lambda: step(False)):
+        state["seccomp"] = "deny-list"
+        warnings.append("the libseccomp allow-list is refused here: children get the deny-list (no sockets, "
+                        "no processes) instead")
+    else:
         warnings.append("seccomp filters are refused here: children may open UDP and Unix sockets and start "
                         "processes")
+
+
+def _probe_namespaces(state: dict, warnings: list) -> None:
+    """Check once which private namespaces (user, IPC, network) a child can enter here."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            entered = private_namespaces()
+            if "user" in entered:
+                drop_capabilities()
+            os._exit(sum(1 << i for i, (kind, _) in enumerate(NAMESPACES) if kind in entered))
+        except BaseException:
+            os._exit(64)
+    _, status = os.waitpid(pid, 0)
+    bits = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 64
+    state["namespaces"] = [kind for i, (kind, _) in enumerate(NAMESPACES) if bits < 64 and bits & (1 << i)]
+    refused = [kind for kind, _ in NAMESPACES if kind not in state["namespaces"]]
+    if refused:
+        warnings.append(f"private namespaces refused here ({', '.join(refused)}): children rely on the "
+                        f"seccomp filter for IPC and network")
+
+
+def _protections(state: dict) -> str:
+    """The walls every child gets, in one line (grading.log)."""
+    landlock = f"Landlock ABI {state['abi']}" if state["abi"] else "Landlock off"
+    seccomp = {"allow-list": f"seccomp {seccomp_description()}", "deny-list": "seccomp deny-list (fallback: "
+               "sockets and new processes refused)", "": "seccomp off"}[state["seccomp"]]
+    namespaces = ", ".join(f"{k} {'yes' if k in state['namespaces'] else 'no'}" for k, _ in NAMESPACES)
+    return f"{landlock}; {seccomp}; namespaces {namespaces}"
 
 
 def main() -> int:
@@ -478,9 +526,12 @@ def main() -> int:
     state = {"abi": abi, "calls": {}, "student_calls": (None, {}), "read_fds": _open_read_rules(config["read_paths"]),
              "dev_fds": [fd for fd, _ in _open_read_rules(config["dev_paths"])]}
     _probe_sandbox(state, config, warnings)
+    seccomp_prepare()
     _probe_seccomp(state, warnings)
+    _probe_namespaces(state, warnings)
     del attention_course
     os.write(reply_fd, (json.dumps({"ready": True, "pid": os.getpid(), "landlock_abi": state["abi"],
+                                    "protections": _protections(state),
                                     "warnings": warnings, "torch": torch.__version__}) + "\n").encode())
     stdin = sys.stdin.buffer
     while True:
