@@ -300,3 +300,178 @@ def test_course_yml_points_reach_gradebook_feedback_index_and_zip(tmp_path):
     results = json.loads((gs / "results" / "results.json").read_text())
     assert results["score"] == results["max_score"] == 14
     assert sum(t["max_score"] for t in results["tests"] if t["name"].startswith("ch01_ex6")) == pytest.approx(7)
+
+
+def test_the_release_carries_a_lint_free_workflow_that_publishes_its_site(release_1_3):
+    """Issue 39, item 3: the release publishes itself. Its workflow passes actionlint, installs the
+    release's requirements (torch's CPU wheel) and package, builds the site with the command the
+    release's README gives, and deploys _build/html to GitHub Pages; RELEASE.md gives the steps."""
+    import yaml
+    from test_workflows import _actionlint  # tests/ is on sys.path (tests/conftest.py)
+    from attention_course.tools.student_release import SITE_BUILD, SITE_INSTALL
+    out = release_1_3.out
+    workflow = out / ".github" / "workflows" / "pages.yml"
+    lint = _actionlint(workflow)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    data = yaml.safe_load(workflow.read_text(encoding="utf-8"))
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    assert data["on"]["push"]["branches"] == ["main"] and "workflow_dispatch" in data["on"]
+    build, deploy = data["jobs"]["build"], data["jobs"]["deploy"]
+    runs = [step["run"].strip() for step in build["steps"] if "run" in step]
+    assert runs == ["\n".join(SITE_INSTALL), SITE_BUILD] == [
+        "python3 -m pip install -r requirements.txt\npython3 -m pip install .", "jupyter-book build . -W -n --keep-going"]
+    assert "download.pytorch.org/whl/cpu" in build["env"]["PIP_INDEX_URL"]
+    assert build["container"].startswith("python:3.11")
+    uses = [step.get("uses", "").split("@")[0] for step in build["steps"]]
+    assert uses.index("actions/checkout") < uses.index("actions/configure-pages") \
+        < uses.index("actions/upload-pages-artifact")
+    upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
+    assert upload["with"]["path"] == "_build/html"
+    assert deploy["needs"] == "build" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["environment"]["name"] == "github-pages"
+    assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])
+    # What the release's requirements.txt installs builds the site: jupyter-book and the extensions.
+    requirements = (out / "requirements.txt").read_text(encoding="utf-8")
+    for pin in ("torch==", "jupyter-book==", "sphinx-exercise==", "sphinxcontrib-bibtex==", "myst-nb=="):
+        assert pin in requirements, pin
+    assert "-e ." not in requirements.splitlines()
+    # The docs the instructor reads give the same command and the three steps.
+    assert SITE_BUILD in (out / "README.md").read_text(encoding="utf-8")
+    report = (out / "RELEASE.md").read_text(encoding="utf-8")
+    steps = report[report.index("## Publishing it"):]
+    assert f"git remote add origin {STUDENT_REPO}" in steps and "git push -u origin main" in steps
+    assert "GitHub Actions" in steps and "repos/example-instructor/attention-students/pages" in steps
+    guide = (ROOT / "instructors.md").read_text(encoding="utf-8")
+    assert "### Publishing the release" in guide and SITE_BUILD in guide
+    assert "Publish its `_build/html`" not in guide
+    # _build/ stays out of git; nothing else the workflow needs is ignored (tested by the build below).
+    assert "_build/" in (out / ".gitignore").read_text(encoding="utf-8").splitlines()
+
+
+def test_the_release_committed_to_a_fresh_repository_builds_with_the_workflow_command(release_1_3, tmp_path):
+    """What the workflow's checkout holds (a fresh git repository of the release, cloned), with the
+    release's own package installed from it (not the course's), builds with the workflow's command."""
+    import shlex
+    from attention_course.tools.student_release import SITE_BUILD
+    repo, clone, target = tmp_path / "repo", tmp_path / "clone", tmp_path / "site-packages"
+    shutil.copytree(release_1_3.out, repo, ignore=shutil.ignore_patterns("_build"))
+    git = ["git", "-c", "user.name=Instructor", "-c", "user.email=instructor@example.edu", "-c", "init.defaultBranch=main"]
+    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "Chapters 1-3"]):
+        subprocess.run(git + command, cwd=repo, check=True, capture_output=True, timeout=120)
+    subprocess.run(git + ["clone", "-q", str(repo), str(clone)], check=True, capture_output=True, timeout=120)
+    tracked = subprocess.run(["git", "ls-files"], cwd=clone, capture_output=True, text=True, check=True).stdout
+    assert ".github/workflows/pages.yml" in tracked.splitlines() and "_build" not in tracked
+    assert any(line.startswith("attention_course/public_checks/") and line.endswith(".pt")
+               for line in tracked.splitlines())
+    # `python3 -m pip install .` (its dependencies are the pinned requirements, already here)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(clone)], check=True, timeout=300)
+    argv = shlex.split(SITE_BUILD)
+    assert argv[0] == "jupyter-book"
+    script = tmp_path / "jupyter_book_main.py"
+    script.write_text("import sys\nfrom jupyter_book.cli.main import main\n"
+                      f"sys.argv = {argv!r}\nmain()\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "PYTHONPATH")}
+    done = subprocess.run(_isolated_python(tmp_path, target) + [str(script)], cwd=clone, capture_output=True,
+                          text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    html = clone / "_build" / "html"
+    assert (html / "index.html").is_file() and (html / "pages" / "03_scoring_functions.html").is_file()
+    assert "ch03_ex6" in (html / "exercises.html").read_text(encoding="utf-8")
+
+
+def test_list_shows_each_exercise_s_checks_as_course_yml_names_them(capsys):
+    """Issue 39, item 5: under each exercise, one line per check (public or hidden, weight, points,
+    the name in quotes as `weights` spells it); --brief keeps the one line per exercise."""
+    from attention_course.tools.cli import main
+    exercises = all_exercises(1)
+    assert main(["list", "--chapter", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    heads = [line for line in lines if not line.startswith("    ")]
+    assert [line.split("\t")[0] for line in heads] == [ex.label for ex in exercises]
+    assert len(lines) == len(exercises) + sum(len(ex.checks) for ex in exercises)
+    for ex in exercises:
+        start = lines.index(next(line for line in heads if line.startswith(ex.label + "\t"))) + 1
+        for check, line in zip(ex.checks, lines[start:start + len(ex.checks)]):
+            assert line.split()[0] == ("public" if check.public else "hidden"), line
+            assert line.endswith(json.dumps(check.name, ensure_ascii=False)), line
+            assert f"weight {check.weight:g}" in line
+    assert main(["list", "--chapter", "1", "--brief"]) == 0
+    assert capsys.readouterr().out.splitlines() == heads
+
+
+@pytest.mark.parametrize("text, where", [
+    ("chapters: 1-3\nexercises:\n  ch01_ex6:\n    points: -1\n",
+     ":4: exercises: ch01_ex6: points: expected a number of at least 0, got -1"),
+    ("chapters: 1-3\nexercises:\n  ch01_ex6:\n    weights:\n      nope: 2\n",
+     ":5: exercises: ch01_ex6: weights: nope: no check named 'nope'"),
+    ("chapters: 1-3\npractice:\n  - ch01_ex1\n  - ch09_ex99\n", ":4: practice: unknown exercise 'ch09_ex99'"),
+    ("# the term\nchapters: 1-3\nchapterz: 1\n", ":3: chapterz: unknown setting"),
+    ("chapters: 1-x\n", ":1: chapters: '1-x' is not a chapter number"),
+    ("chapters: 1-3\nexercises:\n  ch01_ex1:\n    pionts: 3\n", ":4: exercises: ch01_ex1: pionts: unknown setting"),
+    ("chapters: [1, 2\nanswers_released: []\n", ":2:"),
+    ("chapters: 1-3\n  practice: x\n", ":2:"),
+])
+def test_a_course_yml_error_names_the_file_the_line_and_the_key(tmp_path, text, where):
+    from attention_course.tools.course_config import CourseConfigError, load
+    config = tmp_path / "course.yml"
+    config.write_text(text, encoding="utf-8")
+    with pytest.raises(CourseConfigError) as caught:
+        load(config)
+    message = str(caught.value)
+    assert message.startswith(f"{config}{where}"), message
+    assert "\n" not in message
+
+
+def test_every_command_reports_a_course_yml_error_in_one_line(tmp_path):
+    config = tmp_path / "course.yml"
+    config.write_text("chapters: 1-3\nexercises:\n  ch01_ex6:\n    points: many\n", encoding="utf-8")
+    env = dict(os.environ, ATTENTION_COURSE_CONFIG=str(config))
+    expected = f"{config}:4: exercises: ch01_ex6: points: expected a number of at least 0, got 'many'"
+    for command in (["list"], ["gradescope", "--chapter", "1", "--out", str(tmp_path / "a.zip")],
+                    ["grade", str(tmp_path), "--chapter", "1"], ["release", "--check", "--root", str(ROOT)],
+                    ["release-students", str(tmp_path / "out"), "--repository-url", STUDENT_REPO]):
+        done = subprocess.run([sys.executable, "-m", "attention_course.tools.cli", *command], capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr.strip().splitlines() == [f"attention-course {command[0]}: {expected}"], done.stderr
+
+
+def test_the_gradescope_zip_runs_one_worker_on_python_3_11_or_newer(tmp_path):
+    """Gradescope's default container (768 MB, half a CPU) needs --jobs 1: the default. setup.sh
+    makes sure of Python 3.11 or newer (Ubuntu 22.04's python3 is 3.10) and installs into a venv
+    that run_autograder uses."""
+    from attention_course.tools.cli import main
+    archive = tmp_path / "autograder.zip"
+    assert main(["gradescope", "--chapter", "1", "--seed", "5", "--out", str(archive)]) == 0
+    with zipfile.ZipFile(archive) as zf:
+        config = json.loads(zf.read("autograder.json"))
+        setup, runner = zf.read("setup.sh").decode(), zf.read("run_autograder").decode()
+    assert config["jobs"] == 1
+    for name, script in (("setup.sh", setup), ("run_autograder", runner)):
+        path = tmp_path / name
+        path.write_text(script, encoding="utf-8")
+        assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, name
+    assert "sys.version_info < (3, 11)" in setup and "apt-get install -y python3.11 python3.11-venv" in setup
+    assert "/autograder/venv/bin/python -m pip install" in setup and "/autograder/venv/bin/python" in runner
+    guide = (ROOT / "instructors.md").read_text(encoding="utf-8")
+    assert "Python 3.11 or newer" in guide and "`--jobs 1`, the zip's default" in guide
+
+
+def test_a_regrade_after_a_course_yml_change_is_refused_naming_course_yml(tmp_path):
+    config = tmp_path / "course.yml"
+    config.write_text("chapters: 1-3\nexercises:\n  ch01_ex6:\n    points: 7\n", encoding="utf-8")
+    env = dict(os.environ, ATTENTION_COURSE_CONFIG=str(config))
+    cli = [sys.executable, "-m", "attention_course.tools.cli"]
+    submissions = tmp_path / "class"
+    submissions.mkdir()
+    shutil.copy(ROOT / "solutions" / "01_queries_keys_values.ipynb", submissions / "alice.ipynb")
+    out = tmp_path / "grades"
+    graded = subprocess.run(cli + ["grade", str(submissions), "--chapter", "1", "--seed", "3", "--jobs", "1",
+                                   "--out", str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert graded.returncode == 0, graded.stderr
+    config.write_text("chapters: 1-3\nexercises:\n  ch01_ex6:\n    points: 3\n", encoding="utf-8")
+    again = subprocess.run(cli + ["grade", str(submissions), "--chapter", "1", "--regrade", str(out)],
+                           capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 2
+    assert "the grading plan changed" in again.stderr and "course.yml" in again.stderr, again.stderr

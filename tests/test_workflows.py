@@ -74,3 +74,22 @@ def test_the_site_workflow_builds_with_the_readme_command_and_deploys_to_pages()
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert deploy["environment"]["name"] == "github-pages"
     assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])
+
+
+def test_the_student_release_workflow_passes_actionlint_and_builds_as_the_site_workflow_does(tmp_path):
+    """Issue 39, item 3: the workflow `attention-course release-students` writes into a release
+    (tests/test_student_release.py runs its build command on a committed release)."""
+    from attention_course.tools.student_release import SITE_BUILD, WORKFLOW, WORKFLOW_PATH
+    path = tmp_path / "pages.yml"
+    path.write_text(WORKFLOW, encoding="utf-8")
+    result = _actionlint(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    release, course = yaml.safe_load(WORKFLOW), _load("pages.yml")
+    release["on"] = release.pop(True, release.get("on"))
+    assert WORKFLOW_PATH == ".github/workflows/pages.yml"
+    assert release["on"] == course["on"] and release["permissions"] == course["permissions"]
+    # The same image and torch's CPU wheel; the same deploy job.
+    assert release["jobs"]["build"]["container"] == course["jobs"]["build"]["container"]
+    assert release["jobs"]["build"]["env"] == course["jobs"]["build"]["env"]
+    assert release["jobs"]["deploy"] == course["jobs"]["deploy"]
+    assert _run_lines(release["jobs"]["build"])[-1] == SITE_BUILD

@@ -30,10 +30,19 @@ def _release(args) -> int:
 
 
 def _list(args) -> int:
+    """One line per exercise; under it, unless --brief, one indented line per check: public or
+    hidden, its weight and points, and its name (as course.yml's ``weights`` spells it)."""
+    import json
+    from ..checks.checking import check_points
     from ..checks.registry import all_exercises
     for ex in all_exercises(args.chapter):
         print(f"{ex.label}\t{ex.name}\t{ex.points:g} pt\t{len(ex.public_checks)} public / "
               f"{len(ex.checks)} graded checks\t{ex.title}")
+        if args.brief:
+            continue
+        for check in ex.checks:
+            print(f"    {'public' if check.public else 'hidden'}  weight {check.weight:<4g} "
+                  f"{check_points(ex, check):5.2f} pt  {json.dumps(check.name, ensure_ascii=False)}")
     return 0
 
 
@@ -116,7 +125,8 @@ def _grade(args) -> int:
     try:
         done = grade(Path(args.target), args.chapter, options, out=args.out, shard=args.shard,
                      regrade=args.regrade, only=args.only.split(",") if args.only else None,
-                     canvas_roster=args.canvas_roster, canvas_assignment=args.canvas_assignment)
+                     canvas_roster=args.canvas_roster, canvas_assignment=args.canvas_assignment,
+                     moodle_worksheet=args.moodle_worksheet)
     except Refused as error:
         print(f"attention-course grade: {error}", file=sys.stderr)
         return 2
@@ -134,7 +144,6 @@ def _grade(args) -> int:
 
 def _print_class(command: str, done) -> int:
     """What a graded class (a single run, a regrade or merged shards) prints: the same for all."""
-    from .notebook import printable
     files = done.files
     out, plan, results, summary = files.out, files.plan, files.results, files.summary
     if done.how == "regraded":
@@ -150,22 +159,58 @@ def _print_class(command: str, done) -> int:
     print(f"wrote {out}/grades.csv, {out}/feedback/ ({len(results)} files), {out}/summary.md, "
           f"{out}/histogram.png, {out}/items.csv, {out}/misconceptions.csv, {out}/items.png, {out}/grading.log, "
           f"{out}/record.jsonl")
+    _print_lms(files)
     if files.problems:
         print(f"attention-course {command}: {'; '.join(files.problems)}", file=sys.stderr)
         return 2
-    if files.canvas is not None:
-        canvas, name = files.canvas, files.canvas_name
-        print(f"wrote {out}/{name}: {canvas['matched']} students, assignment column '{files.canvas_assignment}'")
-        if canvas["unmatched"]:
-            print(printable(f"warning: {len(canvas['unmatched'])} submission(s) match no student of the roster, "
-                            f"so they are not in {name}: {', '.join(canvas['unmatched'])}"), file=sys.stderr)
-        if canvas["absent"]:
-            print(printable(f"note: {len(canvas['absent'])} student(s) of the roster have no submission (no row, "
-                            f"so Canvas keeps their grade as it is): {', '.join(canvas['absent'])}"), file=sys.stderr)
     if files.flagged:
         print(f"{files.flagged} check(s) flagged: almost nobody passes them while passing the rest of their exercise "
               f"(see {out}/summary.md, 'Checks to look at')")
     return 0
+
+
+def _print_lms(files) -> None:
+    """What the Canvas and Moodle files hold, and who they leave out (each one named)."""
+    from .notebook import printable
+    out = files.out
+
+    def left_out(what: str, names: list, why: str) -> None:
+        if names:
+            print(printable(f"{what}: {len(names)} {why}: {', '.join(names)}"), file=sys.stderr)
+
+    if files.canvas is not None:
+        canvas, name = files.canvas, files.canvas_name
+        print(f"wrote {out}/{name}: {canvas['matched']} students, assignment column '{files.canvas_assignment}'")
+        if canvas.get("feedback"):
+            print(f"wrote {out}/canvas-feedback.zip: {canvas['feedback']} students' feedback for Canvas's "
+                  f"'Re-Upload Submissions'")
+        left_out("warning", canvas["unmatched"],
+                 f"submission(s) match no student of the roster, so they are not in {name}")
+        left_out("note", canvas["absent"], "student(s) of the roster have no submission (no row, so Canvas keeps "
+                                           "their grade as it is)")
+        left_out("note", canvas.get("no_feedback", []), "matched submission(s) do not carry Canvas's download name "
+                                                        "(user and attachment ids), so canvas-feedback.zip has no "
+                                                        "file for them")
+        if canvas["unmatched"] or canvas["absent"]:
+            print(f"the students left out are listed in {out}/{canvas['unmatched_file']}", file=sys.stderr)
+    if files.moodle is not None:
+        moodle = files.moodle
+        print(f"wrote {out}/{moodle['worksheet']} ({moodle['matched']} graded) and {out}/{moodle['feedback']}: "
+              f"upload them with Moodle's 'Upload grading worksheet' and 'Upload multiple feedback files in a zip'")
+        if moodle["scaled"]:
+            print(f"note: grades are scaled to the worksheet's Maximum Grade {moodle['scaled']}")
+        left_out("warning", moodle["unmatched"], "submission(s) match no participant of the worksheet, so they "
+                                                 "are not graded in it")
+        left_out("warning", moodle["clashes"], "submission(s) share a participant with another, so none of them "
+                                               "is graded in the worksheet")
+        left_out("note", moodle["absent"], "participant(s) of the worksheet have no submission (their row is left "
+                                           "as downloaded)")
+        left_out("note", moodle["aside"], "folder(s) without a notebook set aside for the same participant's "
+                                          "notebook")
+        left_out("warning", moodle["locked"], "participant(s) have 'Grade can be changed: No' in the worksheet: "
+                                              "Moodle will not take their grade")
+        if moodle["unmatched"] or moodle["clashes"] or moodle["absent"]:
+            print(f"the students left out are listed in {out}/{moodle['unmatched_file']}", file=sys.stderr)
 
 
 def _similarity(args) -> int:
@@ -181,7 +226,8 @@ def _similarity(args) -> int:
     threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
     try:
         submissions, _ = discover(target)
-        report = compare_class(submissions, args.chapter, threshold=threshold)
+        report = compare_class(submissions, args.chapter, threshold=threshold, known=not args.no_known_sources,
+                               graded=None if args.graded is None else Path(args.graded))
     except ValueError as error:
         print(printable(f"attention-course similarity: {error}"), file=sys.stderr)
         return 2
@@ -190,7 +236,19 @@ def _similarity(args) -> int:
     flagged = report.flagged()
     print(f"{len(submissions)} submissions, {len(flagged)} pair(s) at or above {threshold:.0%} similarity "
           f"(worth a look, not proof of copying); {len(report.skipped)} cell(s) or notebook(s) not compared")
-    print(f"wrote {paths['html']} and {paths['csv']}")
+    if report.known:
+        print(f"{len(report.flagged_known())} cell(s) match one of the course's published answers (its solution "
+              f"or a kept alternative) at or above {threshold:.0%}")
+    kinds = [f.kind for f in report.findings]
+    own = (f"{kinds.count('no code of its own')} cell(s) hold no code of their own for an exercise that earned "
+           f"points" if args.graded is not None else "no --graded record, so passed cells without code of their "
+           "own are not looked for")
+    print(f"{kinds.count('reaches outside the exercise')} cell(s) reach outside the exercise; {own}")
+    if report.not_graded:
+        print(printable(f"note: {len(report.not_graded)} submission(s) not matched to the graded record: "
+                        + ", ".join(f"{s} ({why})" for s, why in report.not_graded[:10])
+                        + (" ..." if len(report.not_graded) > 10 else "")), file=sys.stderr)
+    print(f"wrote {paths['html']}, {paths['csv']}, {paths['known_csv']} and {paths['own_code_csv']}")
     return 0
 
 
@@ -200,7 +258,8 @@ def _merge(args) -> int:
     try:
         done = merge(Path(args.out), args.shards,
                      extra_checks=Path(args.extra_checks) if args.extra_checks else None,
-                     canvas_roster=args.canvas_roster, canvas_assignment=args.canvas_assignment)
+                     canvas_roster=args.canvas_roster, canvas_assignment=args.canvas_assignment,
+                     moodle_worksheet=args.moodle_worksheet)
     except Refused as error:
         print(f"attention-course merge: {error}", file=sys.stderr)
         return 2
@@ -312,8 +371,10 @@ def main(argv=None) -> int:
     rel.add_argument("--root", default=".", help="the course folder (default: current folder)")
     rel.set_defaults(func=_release)
 
-    lst = sub.add_parser("list", help="list the registered exercises")
+    lst = sub.add_parser("list", help="list the registered exercises and their checks (names as course.yml's "
+                                      "weights spell them)")
     lst.add_argument("--chapter", type=int)
+    lst.add_argument("--brief", action="store_true", help="one line per exercise, without its checks")
     lst.set_defaults(func=_list)
 
     bld = sub.add_parser("build", help="build the course site: the full edition or the student edition (no solutions)")
@@ -353,6 +414,10 @@ def main(argv=None) -> int:
     grd.add_argument("--canvas-assignment", metavar="NAME",
                      help="canvas.csv's assignment column (default 'Chapter NN'; 'NAME (ID)' with the "
                           "assignment's Canvas id updates that assignment)")
+    grd.add_argument("--moodle-worksheet", metavar="FILE",
+                     help="also write moodle-worksheet.csv and moodle-feedback.zip for Moodle: FILE is the "
+                          "assignment's grading worksheet downloaded from Moodle; submissions are Moodle's "
+                          "download folders (<Full name>_<participant id>_assignsubmission_file)")
     grd.add_argument("--one-seed", action="store_true",
                      help="every student gets the same hidden inputs (the seed's): about twice as fast, but "
                           "students who share outputs share the hidden inputs (default: per student)")
@@ -374,23 +439,31 @@ def main(argv=None) -> int:
     mrg.add_argument("--extra-checks", help="the same folder of extra checks the shards were graded with")
     mrg.add_argument("--canvas-roster", metavar="FILE", help="also write canvas.csv (as `grade --canvas-roster`)")
     mrg.add_argument("--canvas-assignment", metavar="NAME", help="canvas.csv's assignment column (as `grade`)")
+    mrg.add_argument("--moodle-worksheet", metavar="FILE", help="also write the Moodle files (as `grade`)")
     mrg.set_defaults(func=_merge)
 
     sim = sub.add_parser("similarity", help="instructors: pairs of submissions whose exercise cells are unusually "
                                            "similar (a reason to look, not a verdict)")
     sim.add_argument("target", help="a folder of submissions (alice.ipynb, or bob/<one>.ipynb)")
     sim.add_argument("--chapter", type=int, required=True)
-    sim.add_argument("--out", help="output folder of similarity.html and similarity.csv (default: similarity-chNN)")
+    sim.add_argument("--out", help="output folder of similarity.html and its CSV files (default: similarity-chNN)")
     sim.add_argument("--threshold", type=float, default=None,
                      help="list a pair when each cell shares at least this share of its code with the other "
                           "(default 0.6)")
+    sim.add_argument("--graded", metavar="DIR",
+                     help="the folder of `grade CLASS --out DIR` (its record.jsonl): also list cells that hold no "
+                          "code of their own for an exercise that earned points")
+    sim.add_argument("--no-known-sources", action="store_true",
+                     help="do not compare the cells with the course's published solution and kept alternatives")
     sim.set_defaults(func=_similarity)
 
     gsc = sub.add_parser("gradescope", help="build a Gradescope autograder zip for a chapter")
     gsc.add_argument("--chapter", type=int, required=True)
     gsc.add_argument("--out", default="autograder.zip")
     gsc.add_argument("--seed", type=int, help="grading seed baked into the zip (default: random)")
-    gsc.add_argument("--jobs", type=int, default=2)
+    gsc.add_argument("--jobs", type=int, default=1,
+                     help="sandboxed workers per submission (default 1: Gradescope's default container, 768 MB "
+                          "and half a CPU, needs it; 2 want 1.5 GB)")
     gsc.add_argument("--time-limit", type=float, default=10.0)
     gsc.add_argument("--memory-limit", type=int, default=1024)
     gsc.add_argument("--extra-checks", help="folder of .py files adding private checks, shipped in the zip")
@@ -433,7 +506,12 @@ def main(argv=None) -> int:
     new.set_defaults(func=_new_exercise)
 
     args = parser.parse_args(argv)
-    return args.func(args)
+    from .course_config import CourseConfigError
+    try:
+        return args.func(args)
+    except CourseConfigError as error:  # course.yml, read by any command: one line, never a traceback
+        print(f"attention-course {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,8 +14,9 @@ It sets, without any edit to the package:
 Everything reads it through the registry: ``release`` (the exercise index), the sites, ``grade``,
 the Gradescope zip (which carries the file) and ``release-students`` (which bakes the points into
 the student build). The file sits in the course folder, beside ``_config.yml``; the environment
-variable ``ATTENTION_COURSE_CONFIG`` names another one. A wrong key, label, check name or number
-is an error that says which and where.
+variable ``ATTENTION_COURSE_CONFIG`` names another one. A wrong key, label, check name or number,
+or broken YAML, is a :class:`CourseConfigError` of one line, ``FILE:LINE: key: what is wrong``, which
+every command of :mod:`attention_course.tools.cli` prints as it is (exit status 2), never a traceback.
 """
 from __future__ import annotations
 
@@ -87,69 +88,110 @@ def _number(value, where: str) -> float:
     return float(value)
 
 
+def _line(tree, keys: tuple) -> int:
+    """The line (from 1) of the deepest of ``keys`` (mapping keys, or list indexes) found in the
+    YAML node ``tree``: where an error about that entry points."""
+    import yaml
+    node, line = tree, (tree.start_mark.line + 1 if tree is not None else 1)
+    for key in keys:
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if str(k.value) == str(key)), None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line + 1, found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _yaml_error(path: Path, error) -> CourseConfigError:
+    """A YAML syntax error as one line: the file, the line and column, and what is wrong."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else f"{path}"
+    what = " ".join(str(part) for part in (getattr(error, "context", None), getattr(error, "problem", None)) if part)
+    return CourseConfigError(f"{where}: not valid YAML: {what or ' '.join(str(error).split())}")
+
+
 def load(path: Optional[Path] = None) -> CourseConfig:
     """Read and check ``course.yml`` (an absent file is the default: everything released, the
-    package's points and weights)."""
+    package's points and weights). Every error is one line, ``FILE:LINE: key: what is wrong``."""
     import yaml
     path = Path(path) if path else default_path()
     if not path.is_file():
         return CourseConfig()
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        tree = yaml.compose(text)
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
-        raise CourseConfigError(f"{path}: not valid YAML ({error})") from None
+        raise _yaml_error(path, error) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CourseConfigError(f"{path}: cannot be read ({error})") from None
+
+    def at(*keys) -> str:  # "FILE:LINE: key: subkey" of an entry, for its error message
+        return f"{path}:{_line(tree, keys)}: " + ": ".join(str(k) for k in keys if not isinstance(k, int))
+
     if not isinstance(data, dict):
-        raise CourseConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    unknown = sorted(set(data) - _KEYS)
+        raise CourseConfigError(f"{path}:{_line(tree, ())}: expected a mapping of settings (key: value lines), "
+                                f"got {type(data).__name__}")
+    unknown = sorted(set(map(str, data)) - _KEYS)
     if unknown:
-        raise CourseConfigError(f"{path}: unknown setting {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})")
+        raise CourseConfigError(f"{at(unknown[0])}: unknown setting (known: {', '.join(sorted(_KEYS))})")
     from ..checks.registry import REGISTRY, _load_exercises
     _load_exercises()
     config = CourseConfig(path=path)
-    config.chapters = parse_chapters(data.get("chapters"), f"{path}: chapters")
-    config.answers_released = parse_chapters(data.get("answers_released") or [], f"{path}: answers_released") or []
+    config.chapters = parse_chapters(data.get("chapters"), at("chapters"))
+    config.answers_released = parse_chapters(data.get("answers_released") or [], at("answers_released")) or []
     chapters = {ex.chapter for ex in REGISTRY.values()}
     for name, values in (("chapters", config.chapters or []), ("answers_released", config.answers_released)):
         missing = [c for c in values if c not in chapters]
         if missing:
-            raise CourseConfigError(f"{path}: {name}: chapter {missing[0]} is not in the course "
+            raise CourseConfigError(f"{at(name)}: chapter {missing[0]} is not in the course "
                                     f"(chapters {min(chapters)}-{max(chapters)})")
     practice = data.get("practice") or []
     if not isinstance(practice, list):
-        raise CourseConfigError(f"{path}: practice: expected a list of labels such as [ch01_ex1]")
-    for label in practice:
+        raise CourseConfigError(f"{at('practice')}: expected a list of labels such as [ch01_ex1]")
+    for index, label in enumerate(practice):
         if label not in REGISTRY:
-            raise CourseConfigError(f"{path}: practice: unknown exercise {label!r}")
+            raise CourseConfigError(f"{at('practice', index)}: unknown exercise {label!r}")
     config.practice = list(practice)
     repo = data.get("student_repository")
     if repo is not None and not (isinstance(repo, str) and repo.startswith(("https://", "http://"))):
-        raise CourseConfigError(f"{path}: student_repository: expected an https:// address, got {repo!r}")
+        raise CourseConfigError(f"{at('student_repository')}: expected an https:// address, got {repo!r}")
     config.student_repository = repo
     hub = data.get("jupyterhub_url")
     if hub is not None and not (isinstance(hub, str) and hub.startswith(("https://", "http://"))):
-        raise CourseConfigError(f"{path}: jupyterhub_url: expected an https:// address, got {hub!r}")
+        raise CourseConfigError(f"{at('jupyterhub_url')}: expected an https:// address, got {hub!r}")
     config.jupyterhub_url = hub
     exercises = data.get("exercises") or {}
     if not isinstance(exercises, dict):
-        raise CourseConfigError(f"{path}: exercises: expected a mapping label -> settings")
+        raise CourseConfigError(f"{at('exercises')}: expected a mapping label -> settings")
     for label, settings in exercises.items():
-        where = f"{path}: exercises: {label}"
         if label not in REGISTRY:
-            raise CourseConfigError(f"{where}: unknown exercise")
-        if not isinstance(settings, dict) or set(settings) - _EXERCISE_KEYS:
-            raise CourseConfigError(f"{where}: expected points and/or weights")
+            raise CourseConfigError(f"{at('exercises', label)}: unknown exercise")
+        if not isinstance(settings, dict):
+            raise CourseConfigError(f"{at('exercises', label)}: expected points and/or weights")
+        extra = sorted(set(map(str, settings)) - _EXERCISE_KEYS)
+        if extra:
+            raise CourseConfigError(f"{at('exercises', label, extra[0])}: unknown setting (an exercise takes "
+                                    "points and/or weights)")
         entry = {}
         if "points" in settings:
-            entry["points"] = _number(settings["points"], f"{where}: points")
+            entry["points"] = _number(settings["points"], at("exercises", label, "points"))
         weights = settings.get("weights") or {}
         if not isinstance(weights, dict):
-            raise CourseConfigError(f"{where}: weights: expected a mapping check name -> weight")
+            raise CourseConfigError(f"{at('exercises', label, 'weights')}: expected a mapping check name -> weight")
         names = [c.name for c in REGISTRY[label].checks]
         for check_name, weight in weights.items():
             if check_name not in names:
-                raise CourseConfigError(f"{where}: weights: no check named {check_name!r}; its checks are: "
-                                        + "; ".join(names))
-            entry.setdefault("weights", {})[check_name] = _number(weight, f"{where}: weights: {check_name}")
+                raise CourseConfigError(f"{at('exercises', label, 'weights', check_name)}: no check named "
+                                        f"{check_name!r}; its checks are: " + "; ".join(names)
+                                        + f" (attention-course list --chapter {REGISTRY[label].chapter})")
+            entry.setdefault("weights", {})[check_name] = _number(
+                weight, at("exercises", label, "weights", check_name))
         config.exercises[label] = entry
     return config
 

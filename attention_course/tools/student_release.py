@@ -47,7 +47,70 @@ SITE_FILES = ("bibliography.md", "references.bib")
 REPORT_NAME = "RELEASE.md"
 IDIOM_COUNT = 3
 
-GITIGNORE = "_build/\n.venv/\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\n"
+# _build/ stays out of git: .github/workflows/pages.yml builds the site on GitHub from the sources.
+GITIGNORE = ("# The site is built by .github/workflows/pages.yml on GitHub (or `jupyter-book build .`), never committed.\n"
+             "_build/\n.venv/\n__pycache__/\n*.egg-info/\nbuild/\n.ipynb_checkpoints/\n")
+
+# The command that builds the release's site, run in the release's folder (its README gives it; the
+# workflow runs it). What it needs: requirements.txt (jupyter-book and the Sphinx extensions, pinned)
+# and the released package itself (the site's Sphinx extension, attention_course.sphinxext).
+SITE_BUILD = "jupyter-book build . -W -n --keep-going"
+SITE_INSTALL = ("python3 -m pip install -r requirements.txt", "python3 -m pip install .")
+WORKFLOW_PATH = ".github/workflows/pages.yml"
+
+# GitHub Pages from GitHub Actions, as the course's own .github/workflows/pages.yml does it: build in
+# Debian's Python 3.11 image with torch's CPU wheel, upload _build/html, deploy with the Pages permissions.
+WORKFLOW = """# Builds this release's site and publishes it on GitHub Pages (written by
+# `attention-course release-students`). Once, in the repository's Settings > Pages, set
+# Source to "GitHub Actions"; every push to main then rebuilds and redeploys the site.
+name: site
+
+on:
+  push:
+    branches: [main]
+  workflow_dispatch:
+
+permissions:
+  contents: read
+
+concurrency:
+  group: pages
+  cancel-in-progress: false
+
+jobs:
+  build:
+    runs-on: ubuntu-latest
+    container: python:3.11-bookworm
+    timeout-minutes: 30
+    env:
+      # torch's CPU wheel (PyPI's Linux wheel is the CUDA build); everything else from PyPI.
+      PIP_INDEX_URL: https://download.pytorch.org/whl/cpu
+      PIP_EXTRA_INDEX_URL: https://pypi.org/simple
+    steps:
+      - uses: actions/checkout@v4
+      - name: Install the site's tools and the course package of this release
+        run: |
+          {install}
+      - name: Build the site (warnings are errors)
+        run: {build}
+      - uses: actions/configure-pages@v5
+      - uses: actions/upload-pages-artifact@v3
+        with:
+          path: _build/html
+
+  deploy:
+    needs: build
+    runs-on: ubuntu-latest
+    permissions:
+      pages: write
+      id-token: write
+    environment:
+      name: github-pages
+      url: ${{{{ steps.deployment.outputs.page_url }}}}
+    steps:
+      - id: deployment
+        uses: actions/deploy-pages@v4
+""".format(install="\n          ".join(SITE_INSTALL), build=SITE_BUILD)
 
 PYPROJECT = '''[build-system]
 requires = ["setuptools>=64"]
@@ -378,6 +441,8 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
                     if line.strip() not in ("-e .",) and not line.startswith("# The course's own package")]
     (out / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
     (out / ".gitignore").write_text(GITIGNORE, encoding="utf-8")
+    (out / WORKFLOW_PATH).parent.mkdir(parents=True, exist_ok=True)
+    (out / WORKFLOW_PATH).write_text(WORKFLOW, encoding="utf-8")  # builds and publishes the site on GitHub Pages
 
     settings = CourseSettings(repository_url=repository_url, bibfile=root / "references.bib")
     titles = {}
@@ -437,8 +502,34 @@ def _release(root: Path, out: Path, chapters, repository_url, practice, answers_
     if build:
         result.build_status = build_site(out)
     result.report = exposure_report(out, plan, root)
-    (out / REPORT_NAME).write_text(report_markdown(result.report, plan, summary), encoding="utf-8")
+    (out / REPORT_NAME).write_text(report_markdown(result.report, plan, summary) + publishing_steps(
+        repository_url, plan), encoding="utf-8")
     return result
+
+
+def publishing_steps(url: str, plan: ReleasePlan) -> str:
+    """RELEASE.md's last section: the three steps from this folder to the published site."""
+    slug = url.rstrip("/").removesuffix(".git").split("github.com/")[-1]
+    chapters = ", ".join(map(str, plan.chapters))
+    return f"""
+## Publishing it
+
+This folder is the student repository ({url}). Three steps take it to a published site:
+
+1. `attention-course release-students` wrote it (run it again into this folder for the next release:
+   its `.git` is kept).
+2. Commit and push it:
+   `git init -b main && git add -A && git commit -m "Chapters {chapters}" && git remote add origin {url} && git push -u origin main`
+   (for a later release: `git add -A && git commit -m "..." && git push`).
+3. Once: in the repository's Settings > Pages, set Source to **GitHub Actions**
+   (`gh api -X POST repos/{slug}/pages -f build_type=workflow`), then run the workflow once
+   (Actions > site > Run workflow, or `gh workflow run site -R {slug}`): the run the push started
+   stopped at `configure-pages`, since Pages was off.
+
+`{WORKFLOW_PATH}` does the rest on every push to `main`: `{'`, `'.join(SITE_INSTALL)}`, then
+`{SITE_BUILD}` (warnings are errors), and deploys `_build/html` to GitHub Pages. `_build/` itself
+is never committed (`.gitignore`).
+"""
 
 
 def build_site(out: Path) -> int:
@@ -456,7 +547,9 @@ they use (`attention_course/`) and the source of the course site.
 - Work in a notebook: open `chapters/NN_*.ipynb` in JupyterLab, Colab or Binder; its first code
   cell installs the course package from this repository ({url}).
 - Work locally: `python3 -m pip install -r requirements.txt && python3 -m pip install .`
-- Build the site: `jupyter-book build . -W -n --keep-going` (the pages are in `_build/html`).
+- Build the site: `{SITE_BUILD}` (the pages are in `_build/html`). On GitHub,
+  `{WORKFLOW_PATH}` builds it on every push to `main` and publishes it on GitHub Pages
+  (Settings > Pages > Source: GitHub Actions).
 
 Each exercise's check cell runs its public checks; your grade comes from hidden checks that your
 instructor runs. See `{REPORT_NAME}` for what this release holds.

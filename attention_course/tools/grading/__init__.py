@@ -15,10 +15,14 @@ One module per concern:
 * :mod:`.reports`     – grades.csv, feedback, summary + histogram, log, Gradescope's results.json
 * :mod:`.formats`     – the cells of every class CSV: escaped text, numbers, points
 * :mod:`.items`       – item analysis: items.csv, misconceptions.csv, items.png, summary.md's sections
-* :mod:`.lms`         – canvas.csv, Canvas's gradebook import (``--canvas-roster``)
+* :mod:`.lms`         – canvas.csv, Canvas's gradebook import (``--canvas-roster``: its download names matched),
+  the unmatched list and the feedback zip for Canvas's re-upload
+* :mod:`.moodle`      – Moodle's download folders, its grading worksheet filled (``--moodle-worksheet``), its feedback zip
 * :mod:`.shards`      – ``grade --shard I/N``, ``merge`` and ``grade --regrade``: per-student records (JSON Lines)
 * :mod:`.synthetic`   – a kept mistake as a stand-alone exercise cell (synthetic classes: tests, bench)
 * :mod:`.similarity`  – ``attention-course similarity``: pairs of exercise cells worth a look (copydetect; read, never run)
+* :mod:`.known_sources` – the course's published answers (solution cells, kept alternatives) the report compares with
+* :mod:`.own_code`    – cells with no code of their own, or that reach outside the exercise (``similarity --graded``)
 * :mod:`.gradescope`  – the Gradescope autograder zip and its ``run_autograder``
 
 Trusted and untrusted code never share a process: the student's cells run only in a

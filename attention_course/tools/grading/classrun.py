@@ -8,7 +8,8 @@
 
 A class's files are the same whichever way it was graded (:func:`write_class_files`): grades.csv,
 feedback, summary.md and the item analysis (:mod:`.reports`, :mod:`.items`), canvas.csv with a roster
-(:mod:`.lms`), and the class's record (``record.jsonl``, which ``--regrade`` reuses).
+(:mod:`.lms`), moodle-worksheet.csv with a Moodle grading worksheet (:mod:`.moodle`), and the class's
+record (``record.jsonl``, which ``--regrade`` reuses).
 
 These functions print nothing but the progress bar: they return what was done, and the command line
 (:mod:`attention_course.tools.cli`) prints it. What they refuse to do raises :class:`Refused`, whose
@@ -22,7 +23,8 @@ from typing import Optional
 
 from ..notebook import printable
 from .grader import Submission, build_plan, discover, result_log_line, run_grading
-from .lms import CANVAS_CSV, RosterError, read_roster, write_canvas_csv
+from .lms import CANVAS_CSV, RosterError, read_roster, write_canvas_files
+from .moodle import WorksheetError, read_worksheet, write_moodle_files
 from .grader_io import is_grader_error
 from .reports import ClassReportsError, ProgressBar, feedback_text, write_class_reports
 from .shards import (RECORD_NAME, ShardError, merge_shards, parse_shard, plan_fingerprint, regrade_split,
@@ -82,6 +84,7 @@ class ClassFiles:
     canvas: Optional[dict] = None     # :func:`.lms.write_canvas_csv`'s answer, with a roster
     canvas_assignment: str = ""
     canvas_name: str = CANVAS_CSV
+    moodle: Optional[dict] = None     # :func:`.moodle.write_moodle_files`'s answer, with a worksheet
     # Why canvas.csv, or another class file, could not be written (the others were), or which exercises the
     # grader itself failed to grade (grader errors: regrade them). The command line prints them last and
     # exits 2.
@@ -112,7 +115,8 @@ _IGNORED = "ignored (hidden, or not a notebook nor a folder): {}"
 
 def grade(target: Path, chapter: int, options: GradeOptions, *, out: Optional[Path] = None,
           shard: Optional[str] = None, regrade: Optional[Path] = None, only: Optional[list] = None,
-          canvas_roster: Optional[Path] = None, canvas_assignment: Optional[str] = None):
+          canvas_roster: Optional[Path] = None, canvas_assignment: Optional[str] = None,
+          moodle_worksheet: Optional[Path] = None):
     """``attention-course grade``: grade one notebook (``target`` a file) or the folder of a class.
 
     Returns :class:`NotebookGraded`, :class:`ShardGraded` (with ``shard`` "I/N") or :class:`ClassGraded`
@@ -130,13 +134,15 @@ def grade(target: Path, chapter: int, options: GradeOptions, *, out: Optional[Pa
         submissions, ignored = discover(target)
         if canvas_roster:
             read_roster(Path(canvas_roster))  # a bad roster stops before the class is graded
+        if moodle_worksheet:
+            read_worksheet(Path(moodle_worksheet))  # so does a bad worksheet
         if not submissions:
             raise Refused(f"no submission (.ipynb, or a folder holding one) in {target}")
         if regrade:
             if shard is not None:
                 raise ValueError("--regrade rewrites a whole class's files; it does not take --shard")
             return _regrade(submissions, ignored, chapter, options, Path(regrade), out, only,
-                            canvas_roster, canvas_assignment)
+                            canvas_roster, canvas_assignment, moodle_worksheet)
         if only:
             raise ValueError("--only names the submissions --regrade grades again; give --regrade DIR too")
         class_names, positions, index_count = [s.student for s in submissions], None, None
@@ -145,14 +151,15 @@ def grade(target: Path, chapter: int, options: GradeOptions, *, out: Optional[Pa
             if options.seed is None:
                 raise ValueError("--shard needs --seed: every shard must draw the same hidden inputs, and without "
                                  "--seed each would draw its own random seed")
-            if canvas_roster:
-                raise ValueError("--canvas-roster goes to `attention-course merge`, which writes the class files")
+            if canvas_roster or moodle_worksheet:
+                raise ValueError(("--canvas-roster" if canvas_roster else "--moodle-worksheet")
+                                 + " goes to `attention-course merge`, which writes the class files")
             positions = shard_positions(len(submissions), *index_count)
             submissions = [submissions[i] for i in positions]
         out = Path(out or (f"grades-ch{chapter:02d}" if index_count is None else f"grades-ch{chapter:02d}-shards"))
         label = f"chapter {chapter:02d}" + (f", shard {index_count[0]}/{index_count[1]}" if index_count else "")
         run = run_grading(submissions, chapter, progress=ProgressBar(label), **options.run_options())
-    except ValueError as error:  # ExtraChecksError, NotebookError, RosterError and ShardError are ValueErrors
+    except ValueError as error:  # ExtraChecks-, Notebook-, Roster-, Worksheet- and ShardError are ValueErrors
         raise Refused(str(error)) from error
     if ignored:
         run.log.append(printable(_IGNORED.format(', '.join(ignored))))
@@ -165,7 +172,8 @@ def grade(target: Path, chapter: int, options: GradeOptions, *, out: Optional[Pa
         return ShardGraded(chapter, index, count, len(run.results), len(class_names), run.seconds, run.plan.seed,
                            path, out)
     files = write_class_files(run.results, run.plan, out, run.log, canvas_roster=canvas_roster,
-                              canvas_assignment=canvas_assignment, per_student=options.per_student,
+                              canvas_assignment=canvas_assignment, moodle_worksheet=moodle_worksheet,
+                              per_student=options.per_student,
                               log_header=run.log_header, ignored=ignored, seconds=run.seconds)
     return ClassGraded("graded", files, run.seconds, len(run.results))
 
@@ -184,7 +192,8 @@ def _grade_notebook(path: Path, chapter: int, options: GradeOptions, out: Option
 
 
 def _regrade(submissions: list, ignored: list, chapter: int, options: GradeOptions, earlier: Path,
-             out: Optional[Path], only: Optional[list], canvas_roster, canvas_assignment) -> ClassGraded:
+             out: Optional[Path], only: Optional[list], canvas_roster, canvas_assignment,
+             moodle_worksheet=None) -> ClassGraded:
     """Grade again only the submissions that are new or changed since the run in ``earlier`` (or are
     named in ``only``), with that run's seed; keep the others' results; rewrite the class files."""
     only = [n.strip() for n in only if n.strip()] if only else None
@@ -203,8 +212,9 @@ def _regrade(submissions: list, ignored: list, chapter: int, options: GradeOptio
                              + " --one-seed; regrade with the same choice")
         plan = build_plan(chapter, header["seed"], options.extra_checks)
         if plan_fingerprint(plan) != header["plan"]:
-            raise ShardError(f"the grading plan changed since the run in {earlier} (another course version, or "
-                             f"other --extra-checks): grade the whole class again, without --regrade")
+            raise ShardError(f"the grading plan changed since the run in {earlier} (another course version, other "
+                             f"points or check weights in course.yml, or other --extra-checks): put them back as "
+                             f"they were, or grade the whole class again, without --regrade")
     except ShardError as error:
         raise Refused(printable(str(error))) from error
     new, log_header, seconds = {}, list(header["log_header"]), 0.0
@@ -220,26 +230,31 @@ def _regrade(submissions: list, ignored: list, chapter: int, options: GradeOptio
         log.append(printable(_IGNORED.format(', '.join(ignored))))
     log.append(f"graded {len(again)} submission(s) in {seconds:.1f} s")
     files = write_class_files(results, plan, Path(out or earlier), log, canvas_roster=canvas_roster,
-                              canvas_assignment=canvas_assignment, per_student=header["per_student"],
+                              canvas_assignment=canvas_assignment, moodle_worksheet=moodle_worksheet,
+                              per_student=header["per_student"],
                               log_header=log_header, ignored=ignored, seconds=seconds)
     return ClassGraded("regraded", files, seconds, len(again), kept=len(keep))
 
 
 def merge(out: Path, shard_paths: list, *, extra_checks: Optional[Path] = None,
-          canvas_roster: Optional[Path] = None, canvas_assignment: Optional[str] = None) -> ClassGraded:
+          canvas_roster: Optional[Path] = None, canvas_assignment: Optional[str] = None,
+          moodle_worksheet: Optional[Path] = None) -> ClassGraded:
     """``attention-course merge``: join the records of ``grade --shard`` (files, or folders holding them)
     into the class files of one single run in ``out``. Raises :class:`Refused`."""
     try:
         header, shards, results = merge_shards(shard_paths)
         if canvas_roster:
             read_roster(Path(canvas_roster))
+        if moodle_worksheet:
+            read_worksheet(Path(moodle_worksheet))
         plan = build_plan(header["chapter"], header["seed"], extra_checks)
         if plan_fingerprint(plan) != header["plan"]:
             raise ShardError(f"the shards were graded with another grading plan than this course's chapter "
                              f"{header['chapter']:02d}" + (f" with --extra-checks {extra_checks}" if extra_checks
                                                            else "")
-                             + " (another course version, or other --extra-checks): merge with the same ones")
-    except ValueError as error:  # ShardError, ExtraChecksError and RosterError are ValueErrors
+                             + " (another course version, other points or check weights in course.yml, or other "
+                             "--extra-checks): merge with the same ones")
+    except ValueError as error:  # ShardError, ExtraChecksError, RosterError and WorksheetError are ValueErrors
         raise Refused(printable(str(error))) from error
     count = header["shards"]
     seconds = sum(s.header["seconds"] for s in shards)
@@ -251,17 +266,19 @@ def merge(out: Path, shard_paths: list, *, extra_checks: Optional[Path] = None,
         log.append(printable(_IGNORED.format(', '.join(header['ignored']))))
     log.append(f"graded {len(results)} submission(s) in {seconds:.1f} s summed over {count} shard(s)")
     files = write_class_files(results, plan, Path(out), log, canvas_roster=canvas_roster,
-                              canvas_assignment=canvas_assignment, per_student=header["per_student"],
+                              canvas_assignment=canvas_assignment, moodle_worksheet=moodle_worksheet,
+                              per_student=header["per_student"],
                               log_header=header["log_header"], ignored=header["ignored"], seconds=seconds)
     return ClassGraded("merged", files, seconds, len(results), shards=count)
 
 
 def write_class_files(results: list, plan, out: Path, log: list, *, canvas_roster: Optional[Path] = None,
-                      canvas_assignment: Optional[str] = None, per_student: bool, log_header: list,
-                      ignored: list, seconds: float) -> ClassFiles:
+                      canvas_assignment: Optional[str] = None, moodle_worksheet: Optional[Path] = None,
+                      per_student: bool, log_header: list, ignored: list, seconds: float) -> ClassFiles:
     """The class files of a graded class (a single run, a regrade or merged shards), the same for all:
-    the reports, canvas.csv with a roster (a roster that matches badly is reported in ``problems``,
-    the other files are written), then the class's record. Each file is written whatever another one's
+    the reports, the Canvas files with a roster and the Moodle files with a worksheet (a roster or
+    worksheet that cannot be used, or that matches no submission, is reported in ``problems``, the
+    other files are written), then the class's record. Each file is written whatever another one's
     trouble; what failed, and the exercises that the grader itself could not grade, are in ``problems``."""
     try:
         files = ClassFiles(Path(out), plan, results, write_class_reports(results, plan, out, log))
@@ -271,12 +288,24 @@ def write_class_files(results: list, plan, out: Path, log: list, *, canvas_roste
     if canvas_roster:
         files.canvas_assignment = canvas_assignment or f"Chapter {plan.chapter:02d}"
         try:
-            files.canvas = write_canvas_csv(results, Path(canvas_roster), files.out / CANVAS_CSV,
-                                            files.canvas_assignment)
+            files.canvas = write_canvas_files(results, plan, Path(canvas_roster), files.out, files.canvas_assignment)
         except RosterError as error:
             files.problem(str(error))
         except OSError as error:
             files.problem(f"could not write {CANVAS_CSV}: {error}")
+        if files.canvas is not None and results and not files.canvas["matched"]:
+            files.problem(f"no submission matches a student of the Canvas roster {canvas_roster}: {CANVAS_CSV} "
+                          f"has no student (see {files.canvas['unmatched_file']})")
+    if moodle_worksheet:
+        try:
+            files.moodle = write_moodle_files(results, plan, Path(moodle_worksheet), files.out)
+        except WorksheetError as error:
+            files.problem(str(error))
+        except OSError as error:
+            files.problem(f"could not write the Moodle files: {error}")
+        if files.moodle is not None and results and not files.moodle["matched"]:
+            files.problem(f"no submission matches a participant of the Moodle worksheet {moodle_worksheet}: "
+                          f"{files.moodle['worksheet']} has no grade (see {files.moodle['unmatched_file']})")
     try:
         write_class_record(files.out, plan, results, per_student=per_student, log_header=log_header,
                            ignored=ignored, seconds=seconds)

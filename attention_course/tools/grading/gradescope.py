@@ -3,7 +3,8 @@
 ``attention-course gradescope --chapter 3 --out autograder.zip`` writes a zip with
 
 * ``setup.sh`` – installs the pinned requirements (``torch==2.13.0`` exactly, from
-  PyTorch's CPU index, numpy and matplotlib at the course's pins);
+  PyTorch's CPU index, numpy and matplotlib at the course's pins) into ``/autograder/venv``, with
+  Python 3.11 or newer (the image's ``python3``, or Ubuntu's ``python3.11`` where that is older);
 * ``run_autograder`` – grades ``$AUTOGRADER_ROOT/submission/*.ipynb`` (default root
   ``/autograder``) and writes ``$AUTOGRADER_ROOT/results/results.json``;
 * ``requirements.txt``, ``autograder.json`` (chapter, seed, limits);
@@ -38,20 +39,40 @@ DEFAULT_PINS = {"torch": "2.13.0", "numpy": "2.4.6", "matplotlib": "3.11.2"}
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
+# The grader needs Python 3.11 or newer. Gradescope's Ubuntu 22.04 base image has Python 3.10:
+# there Ubuntu's python3.11 is installed; Ubuntu 24.04's python3 (3.12) is used as it is. The
+# packages go into a virtual environment, /autograder/venv, which run_autograder uses.
 set -euo pipefail
-if ! command -v python3 >/dev/null || ! python3 -m pip --version >/dev/null 2>&1; then
-    apt-get update && apt-get install -y python3 python3-pip
+export DEBIAN_FRONTEND=noninteractive
+recent() { command -v "$1" >/dev/null 2>&1 && "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; }
+PY=python3
+if ! recent python3; then
+    apt-get update
+    apt-get install -y python3.11 python3.11-venv
+    PY=python3.11
 fi
+if ! "$PY" -m venv /autograder/venv; then
+    apt-get update && apt-get install -y "$PY-venv"
+    "$PY" -m venv --clear /autograder/venv
+fi
+"$PY" --version
 # torch is pinned exactly and taken from PyTorch's CPU index (no CUDA build).
-python3 -m pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \\
+/autograder/venv/bin/python -m pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \\
     -r /autograder/source/requirements.txt
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope runs this for every submission; AUTOGRADER_ROOT overrides /autograder (tests).
+# The Python is setup.sh's virtual environment (AUTOGRADER_PYTHON overrides it).
 set -u
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
-PYTHON="${AUTOGRADER_PYTHON:-python3}"
+if [ -n "${AUTOGRADER_PYTHON:-}" ]; then
+    PYTHON="$AUTOGRADER_PYTHON"
+elif [ -x /autograder/venv/bin/python ]; then
+    PYTHON=/autograder/venv/bin/python
+else
+    PYTHON=python3
+fi
 cd "$ROOT/source"
 export PYTHONPATH="$ROOT/source"
 exec "$PYTHON" -m attention_course.tools.grading.gradescope run --root "$ROOT"
@@ -70,7 +91,7 @@ def requirement_pins(root: Path) -> dict:
 
 
 def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, memory_mb: int = 1024,
-              jobs: int = 2, extra_checks: Optional[Path] = None, root: Optional[Path] = None,
+              jobs: int = 1, extra_checks: Optional[Path] = None, root: Optional[Path] = None,
               hidden_visibility: str = "after_published") -> list:
     """Write the autograder zip; return the names it holds."""
     from ...checks.registry import all_exercises
@@ -163,7 +184,7 @@ def run(root: Path) -> int:
         return 0
     extra = source / "extra_checks"
     run_ = run_grading([Submission(_student_identity(root), path)], chapter, seed=config["seed"],
-                       jobs=int(config.get("jobs", 2)), time_limit=float(config.get("time_limit", 10)),
+                       jobs=int(config.get("jobs", 1)), time_limit=float(config.get("time_limit", 10)),
                        memory_mb=int(config.get("memory_mb", 1024)),
                        extra_checks=extra if extra.is_dir() else None, root=source)
     result = run_.results[0]

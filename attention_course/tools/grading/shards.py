@@ -278,7 +278,8 @@ def find_shard_files(paths: list) -> list:
 
 
 _SAME = (("chapter", "chapter"), ("seed", "grading seed"), ("per_student", "choice of per-student seeds (--one-seed)"),
-         ("plan", "grading plan (exercises, checks, points, extra checks)"), ("course_version", "course version"),
+         ("plan", "grading plan (exercises, checks, points and weights of course.yml, extra checks)"),
+         ("course_version", "course version"),
          ("shards", "number of shards"), ("class", "class (the submissions folder differed)"))
 
 
