@@ -7,6 +7,7 @@ import these; this module imports none of them.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 from ..notebook import printable
 
@@ -52,3 +53,19 @@ def cap_bytes(name: str, whole: str = "", limit: int = MAX_STEM_BYTES) -> str:
         return name
     digest = hashlib.sha256((whole or name).encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return raw[:max(0, limit - 9)].decode("utf-8", "ignore") + "-" + digest
+
+
+def read_lms_text(path, limit: int, what: str, error) -> str:
+    """The text of a CSV an LMS exported (``what``: "the Canvas roster"), read with a size limit and
+    decoded as UTF-8 with or without Excel's byte-order mark; ``error(message)`` is raised otherwise."""
+    try:
+        data = open(path, "rb").read(limit + 1)
+    except OSError as failure:
+        raise error(f"cannot read {what} {path}: {failure.strerror or failure}") from None
+    if len(data) > limit:
+        size = Path(path).stat().st_size
+        raise error(f"{what} {path} is {size / 1e6:.1f} MB, over the {limit // 1_000_000} MB limit")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as failure:
+        raise error(f"{what} {path} is not UTF-8 text (byte {failure.start})") from None

@@ -36,7 +36,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from .formats import csv_safe, number_cell
+from .formats import csv_safe, number_cell, read_lms_text
 
 CANVAS_CSV = "canvas.csv"
 CANVAS_UNMATCHED = "canvas-unmatched.csv"
@@ -56,17 +56,7 @@ class RosterError(ValueError):
 def read_roster(path: Path) -> list:
     """The roster's rows (dicts holding at least IDENTITY's columns, stripped)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise RosterError(f"cannot read the Canvas roster {path}: {error.strerror or error}") from None
-    if len(data) > MAX_ROSTER_BYTES:
-        raise RosterError(f"the Canvas roster {path} is {len(data) / 1e6:.1f} MB, over the "
-                          f"{MAX_ROSTER_BYTES // 1_000_000} MB limit")
-    try:
-        text = data.decode("utf-8-sig")  # Excel's byte-order mark
-    except UnicodeDecodeError as error:
-        raise RosterError(f"the Canvas roster {path} is not UTF-8 text (byte {error.start})") from None
+    text = read_lms_text(path, MAX_ROSTER_BYTES, "the Canvas roster", RosterError)
     reader = csv.DictReader(io.StringIO(text))
     header = [h.strip() for h in (reader.fieldnames or [])]
     missing = [c for c in IDENTITY if c not in header]

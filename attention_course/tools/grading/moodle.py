@@ -34,7 +34,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-from .formats import csv_safe, fmt_points
+from .formats import csv_safe, fmt_points, read_lms_text
 from .lms import write_unmatched
 
 MOODLE_WORKSHEET = "moodle-worksheet.csv"
@@ -68,17 +68,7 @@ def read_worksheet(path: Path) -> tuple:
     """(header, rows): the worksheet's columns and its rows (dicts, plus ``_id`` the participant id and
     ``_line``). Raises :class:`WorksheetError`."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise WorksheetError(f"cannot read the Moodle worksheet {path}: {error.strerror or error}") from None
-    if len(data) > MAX_WORKSHEET_BYTES:
-        raise WorksheetError(f"the Moodle worksheet {path} is {len(data) / 1e6:.1f} MB, over the "
-                             f"{MAX_WORKSHEET_BYTES // 1_000_000} MB limit")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise WorksheetError(f"the Moodle worksheet {path} is not UTF-8 text (byte {error.start})") from None
+    text = read_lms_text(path, MAX_WORKSHEET_BYTES, "the Moodle worksheet", WorksheetError)
     reader = csv.reader(io.StringIO(text))
     header = [h.strip() for h in next(reader, [])]
     missing = [c for c in REQUIRED if c not in header]
