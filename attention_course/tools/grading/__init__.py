@@ -9,6 +9,7 @@ One module per concern:
 * :mod:`.runtime`     – the student-facing runtime package a child may import
 * :mod:`.sandbox`     – parent side: zygote processes, safe reading and validation of outcomes
 * :mod:`.grader_io`   – the grader's own files: removal that never recurses or raises, grader-side I/O errors
+* :mod:`.submissions` – who handed in which notebook, and one submission's cells read as data (bounded)
 * :mod:`.grader`      – a class's plan (from :func:`attention_course.checks.plan.exercise_plan`), submissions, judging, scores
 * :mod:`.classrun`    – one function per verb of the command line: grade a class, a shard or a regrade; merge shards
 * :mod:`.extra`       – ``--extra-checks``: private checks added by an instructor

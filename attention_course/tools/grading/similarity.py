@@ -43,7 +43,7 @@ from typing import Optional
 from ..notebook import _CHECK_RE, SETUP_TAG, NotebookError, _src, exercise_code, load_cells
 from ...checks.registry import all_exercises
 from .formats import csv_safe
-from .grader import MAX_NOTEBOOK_BYTES, Submission, _defines, _mentions
+from .submissions import Submission, _defines, _mentions, submission_cells
 from .known_sources import SOLUTION, KnownSource, known_sources
 from .own_code import no_own_code, reaches_outside, read_graded
 
@@ -153,13 +153,7 @@ def _stub_cells(chapter: int, stub: Optional[Path]) -> dict:
 def _exercise_cells(sub: Submission) -> tuple:
     """(label -> exercise cell source, the other code cells as the grader sees them: neither setup
     nor check cells) of one submission, read as data (NotebookError when unreadable)."""
-    if sub.path is None:
-        raise NotebookError(sub.problem)
-    size = sub.path.stat().st_size
-    if size > MAX_NOTEBOOK_BYTES:
-        raise NotebookError(f"{sub.path.name}: the notebook is {size / 1e6:.0f} MB, over the "
-                            f"{MAX_NOTEBOOK_BYTES // 1_000_000} MB limit")
-    cells = load_cells(sub.path)
+    cells = submission_cells(sub)
     code_cells = [_src(c) for c in cells if c.get("cell_type") == "code"
                   and SETUP_TAG not in c.get("metadata", {}).get("tags", []) and not _CHECK_RE.search(_src(c))]
     return exercise_code(cells), code_cells
