@@ -5,7 +5,8 @@ its scratch folder made ``shutil.rmtree`` raise RecursionError (no grades.csv fo
 file that could not be written stopped the others; a submission folder named with 85 CJK letters
 (255 bytes, a legal name) made its feedback file's name too long; ``progress`` printed an exercise's
 error message raw (a clipboard write, a screen clear); a grader-side ENOSPC read as the student's
-``sys.exit()``.
+``sys.exit()``; a child that filled the disk for 8 s cost four honest classmates graded meanwhile
+all their points (every scratch folder and outcome file shared the grader's disk).
 """
 from __future__ import annotations
 
@@ -191,19 +192,19 @@ def test_check_prints_an_answers_exception_message_escaped(capsys):
 
 
 @linux_only
-def test_a_grader_side_enospc_reading_the_outcome_is_a_grader_error(sandbox, tmp_path, monkeypatch):
-    reads = []
+def test_a_grader_side_enospc_making_the_scratch_folder_is_a_grader_error(sandbox, tmp_path, monkeypatch):
+    made = []
 
-    def full_disk(path, cap, tail=False):
-        reads.append(Path(path).name)
+    def full_disk(path):
+        made.append(Path(path).name)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     path = tmp_path / "alice.ipynb"
     path.write_text(json.dumps(_solution()), encoding="utf-8")
-    monkeypatch.setattr(sandbox_module, "read_capped", full_disk)
+    monkeypatch.setattr(sandbox_module, "make_scratch", full_disk)
     run = run_grading([Submission("alice", path)], 1, seed=3, sandbox=sandbox, time_limit=10)
     monkeypatch.undo()
-    assert reads.count("outcomes.bin") == 2 * len(all_exercises(1))  # each exercise ran once more
+    assert len(made) == 2 * len(all_exercises(1))  # each exercise was tried once more
     for er in run.results[0].exercises:
         assert er.reason.startswith("grader error:"), er.reason
         assert "sys.exit" not in er.reason and "No space left on device" in er.reason
@@ -213,6 +214,54 @@ def test_a_grader_side_enospc_reading_the_outcome_is_a_grader_error(sandbox, tmp
     assert "grader error" in (tmp_path / "grades" / "grades.csv").read_text(encoding="utf-8")
     assert "grader error" in (tmp_path / "grades" / "feedback" / "alice.md").read_text(encoding="utf-8")
     assert any("alice" in p for p in files.problems)  # `grade` exits 2: regrade
+
+
+FILLER = """import errno, os
+written, error = 0, ""
+try:
+    for part in range(6):                  # 6 files of 16 MB: more than the private scratch holds
+        with open(f"filler{part}.bin", "wb") as f:
+            for _ in range(16):
+                f.write(b"x" * (1 << 20))
+                f.flush()
+                written += 1
+except OSError as e:
+    error = errno.errorcode.get(e.errno, str(e.errno))
+made = 0
+try:
+    for i in range(6000):                 # more files than the scratch allows
+        open(f"f{i}", "wb").close()
+        made += 1
+except OSError as e:
+    error += " " + errno.errorcode.get(e.errno, str(e.errno))
+raise ValueError(f"filler: {written} MB, {made} files, {error} :end")
+"""
+
+
+@linux_only
+def test_a_child_that_fills_its_scratch_costs_its_classmates_nothing(sandbox, tmp_path):
+    """The full-disk row: each child's scratch is its own tmpfs of fixed size and file count (where
+    the kernel allows a private mount namespace), and outcomes come back over a pipe, so a child
+    that fills everything it can write reaches neither the grader's disk nor a classmate."""
+    if "scratch a private tmpfs" not in sandbox.info["protections"]:
+        pytest.skip("no private mount namespace here: " + sandbox.info["protections"])
+    before = os.statvfs(sandbox.workdir)
+    subs = []
+    for name, nb in {"filler": with_exercise_code(_solution(), FIRST.label, FILLER), "a": _solution(),
+                     "b": _solution(), "c": _solution()}.items():
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+        subs.append(Submission(name, tmp_path / f"{name}.ipynb"))
+    run = run_grading(subs, 1, seed=3, sandbox=sandbox, time_limit=20)
+    results = {r.student: r for r in run.results}
+    reason = {e.label: e for e in results["filler"].exercises}[FIRST.label].reason
+    written, made = (int(x) for x in reason.split("filler: ", 1)[1].split(" MB, ", 1)[0:1] +
+                     reason.split(" MB, ", 1)[1].split(" files", 1)[0:1])
+    assert written <= 64 and made < 4096 and reason.count("ENOSPC") == 2, reason
+    for name in "abc":
+        assert results[name].total == CHAPTER1_POINTS, [(e.label, e.reason) for e in results[name].exercises]
+    after = os.statvfs(sandbox.workdir)
+    assert (before.f_bavail - after.f_bavail) * after.f_frsize < 16 << 20  # nothing reached the disk
+    assert not any((sandbox.workdir / "scratch").iterdir())
 
 
 @linux_only

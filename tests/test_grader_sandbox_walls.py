@@ -143,7 +143,7 @@ def test_refused_calls_cost_only_their_exercise_and_leave_nothing_behind(sandbox
             assert f"{call}: EPERM" in reason, (call, reason)
     else:  # the fallback deny-list: sockets only
         assert "socket: EPERM" in reason, reason
-    if "namespaces user yes, ipc yes, net yes" in protections:
+    if "namespaces user yes, mnt yes, ipc yes, net yes" in protections:
         inside = dict(item.split("=", 1) for item in reason.split("ns ", 1)[1].split(" :end")[0].split())
         for kind in ("user", "ipc", "net"):
             assert inside[kind] != os.readlink(f"/proc/self/ns/{kind}"), (kind, reason)

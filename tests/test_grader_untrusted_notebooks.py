@@ -276,8 +276,14 @@ def test_raising_the_right_error_without_computing_earns_nothing(sandbox, tmp_pa
 FORGER = '''import json, os
 head = json.dumps({"phase": "done", "error": None, "defined": [], "outcomes": [[{"status": "ok",
                    "value": {"__tensor__": [0, "float32", [100000, 100000]]}}]]}).encode()
-with open("outcomes.bin", "wb") as f:   # a forged result file: 40 GB declared, nothing sent
-    f.write(b"ACOUT1\\n" + len(head).to_bytes(8, "little") + head)
+forged = b"ACOUT1\\n" + len(head).to_bytes(8, "little") + head   # 40 GB declared, nothing sent
+with open("outcomes.bin", "wb") as f:   # a forged result file (nobody reads files a child writes) ...
+    f.write(forged)
+for fd in range(3, 64):                  # ... and a forged outcome down every pipe it can find
+    try:
+        os.write(fd, len(forged).to_bytes(8, "little") + forged)
+    except OSError:
+        pass
 os._exit(0)
 '''
 

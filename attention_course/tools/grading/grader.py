@@ -25,6 +25,7 @@ from ...checks.plan import ExercisePlan, exercise_plan
 from ..notebook import NotebookError, load_cells, printable, setup_code
 from ...checks.registry import all_exercises
 from .extra import ExerciseTable, load_extra_checks
+from .collusion import outcome_digest
 from .grader_io import grader_error_reason
 from .runtime import PACKAGE_DIR, RUNTIME_MODULES
 # Reading submissions lives in .submissions; these names stay importable from here.
@@ -112,6 +113,8 @@ class ExerciseResult:
     # exercise, or an unreadable submission (the item analysis counts the others).
     attempted: bool = True
     stub: bool = False  # the exercise's stub, untouched: its cell or every failed check raised NotImplementedError
+    # [check, digest of the student's outputs, digest of the reference's] for each hidden check (.collusion)
+    outputs: list = field(default_factory=list)
 
     @property
     def summary(self) -> str:
@@ -267,7 +270,7 @@ class Grader:
             result.checks = self._all_failed(ep, result.reason)
             return
         if report.zygote_died or outcome is None:
-            if not report.zygote_died and not report.timed_out and problem and problem != "no outcome file":
+            if not report.zygote_died and not report.timed_out and problem and problem != "no outcome":
                 result.reason = (f"the grader rejected the results ({problem}); this happens when the code "
                                  f"tampers with how results are saved")
             else:
@@ -308,6 +311,9 @@ class Grader:
             r.max_points = points
             r.points = points if r.passed else 0.0
             checks.append(r)
+            if not cp.check.public and i < len(got_all) and cp.reference is not None:
+                result.outputs.append([cp.check.name, outcome_digest(got_all[i]) or "",
+                                       outcome_digest(cp.reference) or ""])
         result.checks = checks
         if phase != "done" and not any(c.passed for c in checks):
             result.reason = self._ended(report)

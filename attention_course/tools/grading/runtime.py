@@ -14,7 +14,9 @@
 * ``_ac_zygote.py`` – the zygote program (:mod:`attention_course.tools.grading.zygote_main`), and
   ``_ac_walls.py`` beside it – the kernel walls it raises in every child
   (:mod:`attention_course.tools.grading.walls`: Landlock, seccomp, namespaces, capabilities), with
-  ``_ac_syscalls.py``, its seccomp allow-list (:mod:`attention_course.tools.grading.syscalls`).
+  ``_ac_syscalls.py``, its seccomp allow-list (:mod:`attention_course.tools.grading.syscalls`), and
+  ``_ac_child_io.py``, the pipes a child's outcome and standard error come back by
+  (:mod:`attention_course.tools.grading.child_io`).
 
 A runtime module that imports something the runtime lacks (e.g. the registry) is
 skipped by the zygote with a logged warning rather than shipped with its imports.
@@ -124,4 +126,5 @@ def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
     shutil.copyfile(Path(__file__).with_name("zygote_main.py"), dest / "_ac_zygote.py")
     shutil.copyfile(Path(__file__).with_name("walls.py"), dest / "_ac_walls.py")
     shutil.copyfile(Path(__file__).with_name("syscalls.py"), dest / "_ac_syscalls.py")
+    shutil.copyfile(Path(__file__).with_name("child_io.py"), dest / "_ac_child_io.py")
     return shipped, warnings

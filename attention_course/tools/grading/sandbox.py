@@ -1,10 +1,10 @@
 """Parent side of the sandbox: zygote processes, safe reading and validation of outcomes.
 
-The grader never imports or unpickles anything a child produced. It reads the child's
-``outcomes.bin`` with ``O_NOFOLLOW``/``O_NONBLOCK`` (no symlink, no FIFO, regular file,
-size cap): a JSON structure (capped) and raw tensor bytes, each tensor declared by dtype and
-shape, checked against the caps and the file's length before anything is allocated
-(``zygote_main.dump_outcome`` writes it). It accepts only the plain-data grammar of
+The grader never imports or unpickles anything a child produced, and never reads it from a disk:
+a child's last outcome comes over pipes (child to zygote, :mod:`.child_io`; zygote to grader, after
+its reply line), capped in size: a JSON structure (capped) and raw tensor bytes, each tensor
+declared by dtype and shape, checked against the caps and the outcome's length before anything is
+allocated (``zygote_main.dump_outcome`` writes it). It accepts only the plain-data grammar of
 :mod:`attention_course.checks.calls` (dict, list, str, int, float, bool, None and dense CPU
 ``torch.Tensor``), with caps on sizes and depth. (It once used ``torch.load(weights_only=True)``,
 whose allowed types let a 908-byte file make the grader allocate 2.66 GB.)
@@ -16,41 +16,24 @@ import logging
 import os
 import select
 import site
-import stat
 import subprocess
 import sys
 import sysconfig
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
-from .grader_io import GRADER_ERRNOS, GraderIOError, rmtree as _rmtree, why as _why
+from .grader_io import GraderIOError, rmtree as _rmtree, why as _why
+from .outcome_data import MAX_OUTCOME_BYTES, InvalidOutcome, load_outcome
 from .runtime import RUNTIME_DATA_DIRS, RUNTIME_MODULES, build_runtime
-
-MAX_OUTCOME_BYTES = 64 * 1024 * 1024
-MAX_STRUCTURE_BYTES = 4 * 1024 * 1024  # the JSON part: results are small apart from their tensors
-OUTCOME_MAGIC = b"ACOUT1\n"
-OUTCOME_DTYPES = {name: getattr(torch, name) for name in (
-    "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-    "complex64", "complex128")}
-MAX_DIMS = 8
-MAX_TENSOR_ELEMENTS = 4_000_000
-MAX_TOTAL_ELEMENTS = 16_000_000
-MAX_STRING = 20_000
-MAX_ITEMS = 100_000
-MAX_DEPTH = 12
 
 SYSTEM_READ_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo")
 SYSTEM_READ_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 DEV_FILES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
-
-
-class InvalidOutcome(ValueError):
-    """A child's outcome file that is not plain data of the expected shape."""
 
 
 log = logging.getLogger(__name__)
@@ -121,6 +104,9 @@ class ChildReport:
     signal: Optional[int] = None
     max_rss_kb: int = 0
     zygote_died: bool = False
+    stderr: str = ""                  # the tail of the child's standard error
+    outcome: Optional[bytes] = None   # its last whole outcome, as sent (None: none came)
+    outcome_too_large: bool = False   # it sent one over MAX_OUTCOME_BYTES (dropped unread)
 
 
 class Zygote:
@@ -156,6 +142,22 @@ class Zygote:
         self.info = json.loads(line)
         return self.info
 
+    def _read_exactly(self, size: int, timeout: float) -> bytes:
+        """The ``size`` bytes that follow a reply line (an outcome), or b'' on EOF or timeout."""
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        chunks, have = [self._buffer[:size]], len(self._buffer[:size])
+        self._buffer = self._buffer[size:]
+        while have < size:
+            remaining = deadline - time.monotonic()
+            ready = select.select([fd], [], [], remaining)[0] if remaining > 0 else []
+            chunk = os.read(fd, min(size - have, 1 << 20)) if ready else b""
+            if not chunk:
+                return b""
+            chunks.append(chunk)
+            have += len(chunk)
+        return b"".join(chunks)
+
     def _readline(self, timeout: float) -> bytes:
         """One reply line, or b'' on EOF or timeout (unbuffered: select sees all data)."""
         fd = self.proc.stdout.fileno()
@@ -185,17 +187,20 @@ class Zygote:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
             line = self._readline(float(request["timeout"]) + 30.0)
+            reply = json.loads(line) if line else {}
+            size = int(reply.get("outcome_bytes", -1))
+            outcome = self._read_exactly(size, 30.0) if size >= 0 else None
         except (BrokenPipeError, OSError, ValueError):
-            line = b""
-        if not line:
+            reply, outcome = {}, b""
+        if not reply or outcome == b"" and reply.get("outcome_bytes"):
             self.kill()
             self.restart()
             return ChildReport(zygote_died=True)
-        reply = json.loads(line)
         if "error" in reply:
             raise RuntimeError(f"zygote could not serve the request: {reply['error']}")
-        fields = {k: reply[k] for k in ("timed_out", "elapsed", "exit_code", "signal", "max_rss_kb")}
-        return ChildReport(**fields)
+        fields = {k: reply[k] for k in ("timed_out", "elapsed", "exit_code", "signal", "max_rss_kb",
+                                        "stderr", "outcome_too_large")}
+        return ChildReport(**fields, outcome=outcome)
 
     def restart(self) -> None:
         self.kill()
@@ -274,6 +279,7 @@ class Sandbox:
             "dev_paths": [p for p in DEV_FILES if os.path.exists(p)],
             "mpl_dir": _matplotlib_cache(self.workdir),
             "landlock": self.landlock,
+            "outcome_cap": MAX_OUTCOME_BYTES,
         }
         config_path = self.workdir / "zygote.json"
         config_path.write_text(json.dumps(config))
@@ -336,8 +342,8 @@ class Sandbox:
     def run(self, request: dict) -> tuple:
         """Run one child; return (ChildReport, validated outcome or None, problem, stderr tail).
 
-        When the grader's own I/O fails (its scratch folder cannot be made, the outcome cannot be read
-        back), the child runs once more; then :class:`GraderIOError`: no outcome of the student's code."""
+        When the grader's own I/O fails (its scratch folder cannot be made), the child runs once more;
+        then :class:`GraderIOError`: no outcome of the student's code."""
         try:
             return self._run_once(request)
         except GraderIOError:
@@ -349,7 +355,7 @@ class Sandbox:
             job = self._job
         scratch = self.workdir / "scratch" / f"job{job}"
         try:
-            scratch.mkdir(mode=0o700)
+            make_scratch(scratch)
         except OSError as error:
             raise GraderIOError(error.errno, f"the grader could not make a scratch folder: "
                                              f"{_why(error)}") from error
@@ -363,23 +369,21 @@ class Sandbox:
             with self._cond:
                 self._free.append(zygote)
                 self._cond.notify()
-        try:
-            outcome, problem = None, ""
-            raw = read_capped(scratch / "outcomes.bin", MAX_OUTCOME_BYTES)
-            if raw is None:
-                problem = "no outcome file"
-            else:
-                try:
-                    outcome = load_outcome(raw)
-                except InvalidOutcome as error:
-                    problem = f"invalid outcome file ({error})"
-            stderr = (read_capped(scratch / "stderr.txt", 20_000, tail=True) or b"").decode("utf-8", "replace")
-        except OSError as error:  # read_capped answers None for what a child can cause
-            raise GraderIOError(error.errno, f"the grader could not read back the outcome: "
-                                             f"{_why(error)}") from error
-        finally:
-            self._remove(scratch)
-        return report, outcome, problem, stderr
+        self._remove(scratch)  # a private tmpfs (gone with the child), or the disk where namespaces are refused
+        outcome, problem = None, ""
+        if report.outcome is None:
+            problem = f"an outcome over {MAX_OUTCOME_BYTES >> 20} MB" if report.outcome_too_large else "no outcome"
+        else:
+            try:
+                outcome = load_outcome(report.outcome)
+            except InvalidOutcome as error:
+                problem = f"invalid outcome ({error})"
+        return report, outcome, problem, report.stderr
+
+
+def make_scratch(path: Path) -> None:
+    """The folder a child works in (a tmpfs is mounted over it in the child's own mount namespace)."""
+    path.mkdir(mode=0o700)
 
 
 def _matplotlib_cache(workdir: Path) -> str:
@@ -396,198 +400,5 @@ def _matplotlib_cache(workdir: Path) -> str:
     return str(path)
 
 
-def read_capped(path: Path, cap: int, tail: bool = False) -> Optional[bytes]:
-    """Read a regular file a child wrote, never following a symlink nor blocking on a FIFO.
-
-    None for what a child can cause (no file, a link, not a regular file, too large); an
-    :class:`OSError` of the grader's own (:data:`GRADER_ERRNOS`, a failed read) is raised."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno in GRADER_ERRNOS:  # the grader's own trouble: the caller says so
-            raise
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        if info.st_size > cap and not tail:
-            return None
-        if tail and info.st_size > cap:
-            os.lseek(fd, info.st_size - cap, os.SEEK_SET)
-        chunks, total = [], 0
-        while total < cap:
-            chunk = os.read(fd, min(1 << 20, cap - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-# ------------------------------------------------------------------ validation
-
-
-def _decode(raw: bytes) -> Any:
-    """The structure and tensors of an ``outcomes.bin``; every size is checked before allocating."""
-    start = len(OUTCOME_MAGIC) + 8
-    if not raw.startswith(OUTCOME_MAGIC) or len(raw) < start:
-        raise InvalidOutcome("not an outcome file")
-    size = int.from_bytes(raw[len(OUTCOME_MAGIC):start], "little")
-    if size > MAX_STRUCTURE_BYTES or start + size > len(raw):
-        raise InvalidOutcome("the structure's declared size does not fit")
-    try:
-        tree = json.loads(raw[start:start + size].decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as error:
-        raise InvalidOutcome(f"not plain data: {type(error).__name__}") from None
-    data = memoryview(raw)[start + size:]
-    budget = [MAX_TOTAL_ELEMENTS]
-
-    def tensor(record) -> torch.Tensor:
-        if type(record) is not list or len(record) != 3:
-            raise InvalidOutcome("malformed tensor record")
-        offset, dtype_name, shape = record
-        if type(offset) is not int or offset < 0 or type(dtype_name) is not str or type(shape) is not list:
-            raise InvalidOutcome("malformed tensor record")
-        dtype = OUTCOME_DTYPES.get(dtype_name)
-        if dtype is None:
-            raise InvalidOutcome(f"tensor dtype {dtype_name[:40]!r} is not allowed")
-        if len(shape) > MAX_DIMS or any(type(n) is not int or n < 0 or n > MAX_TENSOR_ELEMENTS for n in shape):
-            raise InvalidOutcome("malformed tensor shape")
-        numel = 1
-        for n in shape:
-            numel *= n
-        if numel > MAX_TENSOR_ELEMENTS:
-            raise InvalidOutcome("tensor too large")
-        budget[0] -= numel
-        if budget[0] < 0:
-            raise InvalidOutcome("tensors too large in total")
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        if offset + nbytes > len(data):
-            raise InvalidOutcome("a tensor's bytes lie outside the file")
-        if nbytes == 0:
-            return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(bytearray(data[offset:offset + nbytes]), dtype=dtype).reshape(shape)
-
-    def walk(value, depth):
-        if depth > MAX_DEPTH:
-            raise InvalidOutcome("nested too deeply")
-        if type(value) is dict:
-            if len(value) == 1 and "__tensor__" in value and type(value["__tensor__"]) is list:
-                return tensor(value["__tensor__"])
-            return {key: walk(item, depth + 1) for key, item in value.items()}
-        if type(value) is list:
-            return [walk(item, depth + 1) for item in value]
-        return value
-
-    return walk(tree, 0)
-
-
-def load_outcome(raw: bytes) -> dict:
-    """Decode a child's ``outcomes.bin`` (data only) and validate the result's structure."""
-    data = _decode(raw)
-    budget = [MAX_TOTAL_ELEMENTS, MAX_ITEMS]
-    _plain(data, 0, budget)
-    if type(data) is not dict or data.get("phase") not in ("setup", "exercise", "missing", "calls", "done"):
-        raise InvalidOutcome("unexpected top-level structure")
-    if data.get("error") is not None:
-        err = data["error"]
-        if type(err) is not dict or not all(type(err.get(k)) is str for k in ("type", "message", "where")):
-            raise InvalidOutcome("malformed error record")
-    if type(data.get("defined", [])) is not list or not all(type(x) is str for x in data.get("defined", [])):
-        raise InvalidOutcome("malformed list of defined names")
-    outcomes = data.get("outcomes")
-    if type(outcomes) is not list:
-        raise InvalidOutcome("outcomes is not a list")
-    for check_outcomes in outcomes:
-        if type(check_outcomes) is not list:
-            raise InvalidOutcome("a check's outcomes is not a list")
-        for outcome in check_outcomes:
-            _validate_call_outcome(outcome)
-    return data
-
-
-def _plain(value: Any, depth: int, budget: list) -> None:
-    if depth > MAX_DEPTH:
-        raise InvalidOutcome("nested too deeply")
-    budget[1] -= 1
-    if budget[1] < 0:
-        raise InvalidOutcome("too many items")
-    kind = type(value)
-    if value is None or kind in (bool, int, float):
-        return
-    if kind is str:
-        if len(value) > MAX_STRING:
-            raise InvalidOutcome("string too long")
-        return
-    if kind is list:
-        for item in value:
-            _plain(item, depth + 1, budget)
-        return
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or len(key) > 500:
-                raise InvalidOutcome("dict key is not a short string")
-            _plain(item, depth + 1, budget)
-        return
-    if kind is torch.Tensor:
-        if value.layout != torch.strided or value.device.type != "cpu" or value.is_quantized:
-            raise InvalidOutcome("tensor is not a dense CPU tensor")
-        if value.numel() > MAX_TENSOR_ELEMENTS:
-            raise InvalidOutcome("tensor too large")
-        budget[0] -= value.numel()
-        if budget[0] < 0:
-            raise InvalidOutcome("tensors too large in total")
-        return
-    raise InvalidOutcome(f"type {kind.__name__} is not allowed")
-
-
-def _value(value: Any) -> None:
-    """The grammar of :func:`attention_course.checks.calls.to_plain`."""
-    if value is None or type(value) in (bool, int, float, str, torch.Tensor):
-        return
-    if type(value) is dict and len(value) == 1:
-        (key, inner), = value.items()
-        if key in ("__seq__", "__list__") and type(inner) is list:
-            for item in inner:
-                _value(item)
-            return
-        if key == "__dict__" and type(inner) is dict:
-            for item in inner.values():
-                _value(item)
-            return
-        if key == "__unsupported__" and type(inner) is str:
-            return
-    raise InvalidOutcome("a returned value is not in the plain-data format")
-
-
-def _validate_call_outcome(outcome: Any) -> None:
-    if type(outcome) is not dict:
-        raise InvalidOutcome("a call outcome is not a dict")
-    status = outcome.get("status")
-    if status == "raised":
-        if not all(type(outcome.get(k)) is str for k in ("error_type", "message")):
-            raise InvalidOutcome("a raised outcome lacks its error type or message")
-        mro = outcome.get("error_mro", [])
-        if type(mro) is not list or not all(type(x) is str for x in mro):
-            raise InvalidOutcome("malformed error_mro")
-        if type(outcome.get("note", "")) is not str:
-            raise InvalidOutcome("malformed note")
-        return
-    if status != "ok" or "value" not in outcome:
-        raise InvalidOutcome("a call outcome has no status")
-    _value(outcome["value"])
-    if "grads" in outcome:
-        _value(outcome["grads"])
-    extras = outcome.get("extras", {})
-    if type(extras) is not dict:
-        raise InvalidOutcome("extras is not a dict")
-    for key in outcome:
-        if key not in ("status", "value", "grads", "extras"):
-            raise InvalidOutcome(f"unexpected key {key!r} in a call outcome")
-
-
-__all__ = ["Sandbox", "ChildReport", "GraderIOError", "InvalidOutcome", "load_outcome", "read_capped", "read_paths",
+__all__ = ["Sandbox", "ChildReport", "GraderIOError", "InvalidOutcome", "load_outcome", "read_paths",
            "RUNTIME_MODULES"]

@@ -94,7 +94,7 @@ def result_record(result: SubmissionResult, position: int) -> dict:
             "problem": result.problem, "notes": list(result.notes), "seed": result.seed,
             "exercises": [{"label": e.label, "name": e.name, "title": e.title, "max_points": e.max_points,
                            "points": e.points, "reason": e.reason, "notes": list(e.notes), "elapsed": e.elapsed,
-                           "attempted": e.attempted,
+                           "attempted": e.attempted, "outputs": [list(item) for item in e.outputs],
                            "checks": [{"label": c.label, "check": c.check, "passed": c.passed, "reason": c.reason,
                                        "hint": c.hint, "mistake": c.mistake, "points": c.points,
                                        "max_points": c.max_points} for c in e.checks]}
@@ -142,6 +142,10 @@ def result_from_record(data: dict, reader: _Reader) -> SubmissionResult:
                             reader.get(e, "max_points", number), points=reader.get(e, "points", number),
                             reason=reader.get(e, "reason", str), notes=reader.strings(e, "notes"),
                             elapsed=reader.get(e, "elapsed", number), attempted=reader.get(e, "attempted", bool))
+        for item in e.get("outputs", []) if isinstance(e, dict) else []:  # absent in records before it existed
+            if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item)):
+                reader.fail("the field 'outputs' must hold [check, digest, reference digest] texts")
+            er.outputs.append(item)
         for c in reader.get(e, "checks", list):
             er.checks.append(CheckResult(reader.get(c, "label", str), reader.get(c, "check", str),
                                          reader.get(c, "passed", bool), reader.get(c, "reason", str),

@@ -46,6 +46,7 @@ from .formats import csv_safe
 from .submissions import Submission, _defines, _mentions, submission_cells
 from .known_sources import SOLUTION, KnownSource, known_sources
 from .own_code import no_own_code, reaches_outside, read_graded
+from .collusion import SAME_OUTPUTS, same_output_groups
 
 SIMILARITY_HTML, SIMILARITY_CSV = "similarity.html", "similarity.csv"
 SIMILARITY_KNOWN_CSV, SIMILARITY_OWN_CSV = "similarity-known.csv", "similarity-own-code.csv"
@@ -103,7 +104,7 @@ class Finding:
     """One student's cell on its own: no code of its own (for an exercise that earned points), or reaching outside."""
     label: str
     student: str
-    kind: str                           # NO_OWN_CODE or OUTSIDE
+    kind: str                           # NO_OWN_CODE, OUTSIDE or SAME_OUTPUTS
     detail: str
     points: Optional[float] = None      # from the graded record (None: no record)
     max_points: Optional[float] = None
@@ -269,10 +270,35 @@ def compare_class(submissions: list, chapter: int, threshold: float = DEFAULT_TH
                 report.pairs.append(Pair(label, a, b, float(score_a), float(score_b), int(tokens),
                                          _as_list(slices_a), _as_list(slices_b)))
         _compare_known(report, label, prints, boilerplate, compare_files)
+    if record is not None:
+        _same_outputs(report, read_outputs(Path(graded), chapter), record[0])
     report.pairs.sort(key=lambda p: (labels.index(p.label), -p.score, -p.tokens_matched, p.student_a, p.student_b))
     report.known_matches.sort(key=lambda m: (labels.index(m.label), -m.score, -m.tokens_matched, m.student,
                                              m.known.kind != SOLUTION, m.known.name))
     return report
+
+
+def read_outputs(folder: Path, chapter: int) -> dict:
+    """{student: {label: [(check, digest, reference digest)]}} from the graded record (``DIR`` of
+    ``grade CLASS --out DIR``, or its record.jsonl)."""
+    from .shards import RECORD_NAME, read_shard
+    path = Path(folder)
+    shard = read_shard(path / RECORD_NAME if path.is_dir() else path)
+    return {result.student: {e.label: [tuple(item) for item in e.outputs] for e in result.exercises}
+            for _, result in shard.records} if shard.header["chapter"] == chapter else {}
+
+
+def _same_outputs(report: SimilarityReport, outputs: dict, points: dict) -> None:
+    """A finding for each student whose outputs of a hidden check are a classmate's, bit for bit, on other
+    inputs (:mod:`.collusion`)."""
+    for label, check, students in same_output_groups(outputs):
+        for student in students:
+            others = ", ".join(s for s in students if s != student)
+            detail = (f"hidden check '{check}': the same outputs, bit for bit, as {others}, whose hidden inputs "
+                      f"differ (so do the correct outputs); outputs passed between students, or an answer that "
+                      f"ignores its inputs, give this")
+            report.findings.append(Finding(label, student, SAME_OUTPUTS, detail[:600],
+                                           *points.get(student, {}).get(label, (None, None))))
 
 
 def _compare_known(report: SimilarityReport, label: str, prints: dict, boilerplate, compare_files) -> None:
@@ -396,7 +422,7 @@ def _known_html(report: SimilarityReport) -> list:
 def _alone_html(report: SimilarityReport) -> list:
     """The section of the cells read on their own: no code of their own, or reaching outside."""
     e = html.escape
-    parts = ['<h2 id="own-code">Cells with no code of their own, or reaching outside the exercise</h2>']
+    parts = ['<h2 id="own-code">Cells with no code of their own, reaching outside the exercise, or with the outputs of a classmate</h2>']
     if report.graded is None:
         parts.append("<p>No graded record given (<code>--graded DIR</code>, the folder of "
                      "<code>attention-course grade CLASS --out DIR</code>): cells that hold no code of their own "

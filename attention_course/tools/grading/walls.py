@@ -10,7 +10,9 @@ student code runs:
 * :func:`seccomp_restrict` – an allow-list of system calls (:mod:`.syscalls`), everything else refused
   with EPERM, built with libseccomp; where libseccomp is missing, a hand-written deny-list (no
   sockets, no new processes); threads stay allowed either way;
-* :func:`private_namespaces` – new user, IPC and network namespaces where the kernel allows them;
+* :func:`private_namespaces` – new user, mount, IPC and network namespaces where the kernel allows them;
+* :func:`private_scratch` – in the private mount namespace, a tmpfs of fixed size and number of files
+  over the child's scratch folder (nothing it writes reaches the grader's disk);
 * :func:`drop_capabilities` – root keeps uid 0 but loses every capability;
 * :func:`_prctl` – PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER.
 
@@ -283,17 +285,21 @@ def _seccomp_allow_list() -> None:
 
 # ------------------------------------------------------------------ namespaces: user, IPC, network
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
-NAMESPACES = (("user", CLONE_NEWUSER), ("ipc", CLONE_NEWIPC), ("net", CLONE_NEWNET))
+NAMESPACES = (("user", CLONE_NEWUSER), ("mnt", CLONE_NEWNS), ("ipc", CLONE_NEWIPC), ("net", CLONE_NEWNET))
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 
 
-def private_namespaces(kinds=("user", "ipc", "net")) -> tuple:
+def private_namespaces(kinds=("user", "mnt", "ipc", "net")) -> tuple:
     """Enter new namespaces of ``kinds``, the user namespace first (so that an unprivileged grader
     may create the others; its own uid and gid are mapped onto themselves, so files look as
     before); return the kinds entered. A private IPC namespace has no SysV IPC of anyone else, a
-    private network namespace only a loopback that is down. Raise OSError when the user namespace
+    private network namespace only a loopback that is down, a private mount namespace lets
+    :func:`private_scratch` mount what no other process sees. Raise OSError when the user namespace
     is entered but cannot be set up."""
     entered = []
     uid, gid = os.geteuid(), os.getegid()
@@ -310,6 +316,17 @@ def private_namespaces(kinds=("user", "ipc", "net")) -> tuple:
                 finally:
                     os.close(fd)
     return tuple(entered)
+
+
+def private_scratch(path: str, size_mb: int, inodes: int) -> None:
+    """In a private mount namespace: make every mount private (nothing propagates back), then mount a
+    tmpfs of ``size_mb`` MB and at most ``inodes`` files and folders over ``path``. Raise OSError
+    when the kernel refuses."""
+    if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "making the mounts private failed")
+    options = f"size={int(size_mb)}m,nr_inodes={int(inodes)},mode=0700".encode()
+    if _libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        raise OSError(ctypes.get_errno(), f"mounting a tmpfs over {path} failed")
 
 
 def _prctl(option, arg2=0, arg3=0, arg4=0, arg5=0) -> int:

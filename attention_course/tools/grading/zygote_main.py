@@ -12,12 +12,14 @@ It answers on the file descriptor named in the config (one JSON object per line)
 
 For every request it forks a child that
 
-1. starts its own session, redirects stdin to /dev/null and stdout/stderr to capped
-   files in its scratch folder, closes every other file descriptor, clears
-   ``os.environ`` to a small fixed environment and changes into the scratch folder;
+1. starts its own session, dies with the zygote (PDEATHSIG), redirects stdin and stdout to
+   /dev/null and stderr to a pipe the zygote reads (:mod:`.child_io`), enters private user,
+   mount, IPC and network namespaces where the kernel allows them and mounts a tmpfs of fixed
+   size and file count over its scratch folder (so nothing it writes reaches the grader's disk),
+   closes every other file descriptor but its outcome pipe, clears ``os.environ`` to a small
+   fixed environment and changes into the scratch folder;
 2. sets resource limits (address space relative to its current size, file size,
-   open files, CPU time, no core dumps), dies with the zygote (PDEATHSIG), enters private
-   user, IPC and network namespaces where the kernel allows them, sets
+   open files, CPU time, no core dumps), sets
    ``PR_SET_NO_NEW_PRIVS``, drops every capability when running as root (or in its own
    user namespace), restricts itself with Landlock: read/execute only on the standard
    library, the allowed site-packages entries and the system library folders, read/write
@@ -32,12 +34,13 @@ For every request it forks a child that
    an alias, a subclass, ``importlib.reload`` or ``sys.modules`` give nothing);
 4. executes the notebook's setup cell and the exercise's cells, fetches the object by
    name, runs each check's calls with ``attention_course.checks.calls.run_call`` and writes
-   the plain outcomes as data (:func:`dump_outcome`) to ``outcomes.bin`` after every check (so a
+   the plain outcomes as data (:func:`dump_outcome`) down its outcome pipe after every check (so a
    timeout still keeps the checks that finished).
 
-The zygote waits for the child under a wall-clock limit, kills its process group on
-timeout, sweeps any orphaned descendant (it is a child subreaper), and reports how
-the child ended. It never judges anything: scores are decided by the parent.
+The zygote waits for the child under a wall-clock limit while it reads the child's two pipes,
+kills its process group on timeout, sweeps any orphaned descendant (it is a child subreaper), and
+reports how the child ended, with the tail of its stderr, followed on the reply pipe by the bytes
+of its last outcome. It never judges anything: scores are decided by the parent.
 
 This module must not import ``attention_course`` at module level (it runs before the
 runtime is on the path) and must stay free of any reference solution or check.
@@ -60,9 +63,11 @@ import time
 # first on sys.path anyway.
 if __package__:
     from .walls import *  # noqa: F401,F403
+    from .child_io import ChildPipes, write_frame
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _ac_walls import *  # noqa: F401,F403
+    from _ac_child_io import ChildPipes, write_frame
 
 # The whole, fixed environment of a child: nothing tells it that it is being graded.
 CHILD_ENV_KEYS = ("HOME", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "PATH", "TMPDIR")
@@ -96,15 +101,18 @@ def _child(req: dict, state: dict) -> None:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-long files fail with an error instead
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        scratch = req["scratch"]
-        devnull = os.open("/dev/null", os.O_RDONLY)
+        scratch, outcome_fd = req["scratch"], req["outcome_fd"]
+        devnull = os.open("/dev/null", os.O_RDWR)
         os.dup2(devnull, 0)
-        out = os.open(os.path.join(scratch, "stdout.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        err = os.open(os.path.join(scratch, "stderr.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
+        os.dup2(devnull, 1)  # what a student prints is not graded, and costs nothing
+        os.dup2(req["stderr_fd"], 2)
+        namespaces = tuple(state.get("namespaces", ()))
+        if namespaces and private_namespaces(namespaces) != namespaces:
+            raise OSError(f"namespaces {', '.join(namespaces)} could not all be entered")
+        if "mnt" in namespaces:
+            private_scratch(scratch, int(req.get("scratch_mb", 64)), int(req.get("scratch_files", 4096)))
         scratch_fd = os.open(scratch, os.O_PATH | os.O_DIRECTORY)
-        keep = {0, 1, 2, scratch_fd} | {fd for fd, _ in state["read_fds"]} | set(state["dev_fds"])
+        keep = {0, 1, 2, scratch_fd, outcome_fd} | {fd for fd, _ in state["read_fds"]} | set(state["dev_fds"])
         _close_all_but(keep)
         os.chdir(scratch)
         os.environ.clear()
@@ -122,16 +130,13 @@ def _child(req: dict, state: dict) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         cpu = int(req["timeout"]) + 2
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        namespaces = tuple(state.get("namespaces", ()))
-        if namespaces and private_namespaces(namespaces) != namespaces:
-            raise OSError(f"namespaces {', '.join(namespaces)} could not all be entered")
         if _prctl(PR_SET_NO_NEW_PRIVS, 1) != 0:
             raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
         if (os.geteuid() == 0 and state.get("drop_caps", True)) or "user" in namespaces:
             drop_capabilities()
         if state["abi"]:
             landlock_restrict(state["abi"], state["read_fds"], scratch_fd, state["dev_fds"])
-        _close_all_but({0, 1, 2})
+        _close_all_but({0, 1, 2, outcome_fd})
         nofile = int(req.get("max_open_files", 64))
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
         if state.get("seccomp"):  # last: the allow-list lets limits be read, not set
@@ -197,7 +202,8 @@ def _run_student(req: dict, state: dict) -> int:
     import builtins
     import torch
     # Keep our own references: the student's code may monkeypatch torch or builtins.
-    dump, replace, SimpleNamespace = dump_outcome, os.replace, __import__("types").SimpleNamespace
+    dump, frame, SimpleNamespace = dump_outcome, write_frame, __import__("types").SimpleNamespace
+    outcome_fd = req["outcome_fd"]
     from attention_course.checks.calls import run_call
     from attention_course.checks.disable import block_answers  # imported by the zygote, before the sandbox
     block_answers(req["blocked"])
@@ -210,9 +216,7 @@ def _run_student(req: dict, state: dict) -> int:
     result = {"phase": "setup", "error": None, "defined": [], "outcomes": []}
 
     def write():
-        with open("outcomes.tmp", "wb") as f:
-            f.write(dump(result))
-        replace("outcomes.tmp", "outcomes.bin")
+        frame(outcome_fd, dump(result))
 
     write()
     sources = {"<setup cell>": req["setup"], f"<exercise {req['label']}>": req["code"]}
@@ -311,7 +315,8 @@ def _sweep_orphans() -> None:
         time.sleep(0.002)
 
 
-def _serve_one(req: dict, state: dict) -> dict:
+def _serve_one(req: dict, state: dict) -> tuple:
+    """Run one child; return the reply and the bytes of its last outcome (None: none came)."""
     import torch
     path = req["calls_path"]
     if path not in state["calls"]:
@@ -322,9 +327,16 @@ def _serve_one(req: dict, state: dict) -> dict:
     sys.stdout.flush()
     sys.stderr.flush()
     start = time.monotonic()
+    outcome_r, outcome_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _child(req, state)
+        os.close(outcome_r)
+        os.close(stderr_r)
+        _child(dict(req, outcome_fd=outcome_w, stderr_fd=stderr_w), state)
+    os.close(outcome_w)
+    os.close(stderr_w)
+    pipes = ChildPipes(outcome_r, stderr_r, int(state.get("outcome_cap", 64 << 20)))
     deadline = start + float(req["timeout"])
     timed_out = False
     try:
@@ -347,11 +359,15 @@ def _serve_one(req: dict, state: dict) -> dict:
                     pass
             _, status, rusage = os.wait4(pid, 0)
             break
-        if pidfd is not None:  # wakes up the moment the child exits
-            select.select([pidfd], [], [], remaining)
+        if pidfd is not None:  # wakes up the moment the child exits, or writes
+            ready, _, _ = select.select([pidfd] + pipes.fds, [], [], remaining)
+        elif pipes.fds:
+            ready, _, _ = select.select(pipes.fds, [], [], min(delay, remaining))
         else:
+            ready = []
             time.sleep(min(delay, remaining))
-            delay = min(delay * 1.5, 0.02)
+        delay = min(delay * 1.5, 0.02)
+        pipes.read_ready(ready)
     if pidfd is not None:
         os.close(pidfd)
     elapsed = time.monotonic() - start
@@ -360,10 +376,14 @@ def _serve_one(req: dict, state: dict) -> dict:
     except OSError:
         pass
     _sweep_orphans()
+    pipes.drain()
+    outcome = pipes.frames.last
     return {"id": req["id"], "timed_out": timed_out, "elapsed": round(elapsed, 4),
             "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "max_rss_kb": getattr(rusage, "ru_maxrss", 0)}
+            "max_rss_kb": getattr(rusage, "ru_maxrss", 0), "stderr": pipes.stderr.decode("utf-8", "replace"),
+            "outcome_too_large": pipes.frames.too_large,
+            "outcome_bytes": -1 if outcome is None else len(outcome)}, outcome
 
 
 def _probe(step) -> bool:
@@ -452,12 +472,18 @@ def _probe_seccomp(state: dict, warnings: list) -> None:
                         "processes")
 
 
-def _probe_namespaces(state: dict, warnings: list) -> None:
-    """Check once which private namespaces (user, IPC, network) a child can enter here."""
+def _probe_namespaces(state: dict, config: dict, warnings: list) -> None:
+    """Check once which private namespaces (user, mount with its tmpfs scratch, IPC, network) a child
+    can enter here."""
     pid = os.fork()
     if pid == 0:
         try:
             entered = private_namespaces()
+            if "mnt" in entered:
+                try:
+                    private_scratch(config["runtime"], 1, 16)
+                except OSError:
+                    entered = tuple(kind for kind in entered if kind != "mnt")
             if "user" in entered:
                 drop_capabilities()
             os._exit(sum(1 << i for i, (kind, _) in enumerate(NAMESPACES) if kind in entered))
@@ -469,7 +495,8 @@ def _probe_namespaces(state: dict, warnings: list) -> None:
     refused = [kind for kind, _ in NAMESPACES if kind not in state["namespaces"]]
     if refused:
         warnings.append(f"private namespaces refused here ({', '.join(refused)}): children rely on the "
-                        f"seccomp filter for IPC and network")
+                        f"seccomp filter for IPC and network" + (", and write their scratch files to the "
+                        f"grader's disk (each file capped in size)" if "mnt" in refused else ""))
 
 
 def _protections(state: dict) -> str:
@@ -478,7 +505,8 @@ def _protections(state: dict) -> str:
     seccomp = {"allow-list": f"seccomp {seccomp_description()}", "deny-list": "seccomp deny-list (fallback: "
                "sockets and new processes refused)", "": "seccomp off"}[state["seccomp"]]
     namespaces = ", ".join(f"{k} {'yes' if k in state['namespaces'] else 'no'}" for k, _ in NAMESPACES)
-    return f"{landlock}; {seccomp}; namespaces {namespaces}"
+    scratch = "a private tmpfs" if "mnt" in state["namespaces"] else "a folder on the grader's disk"
+    return f"{landlock}; {seccomp}; namespaces {namespaces}; scratch {scratch}; outcomes over a pipe"
 
 
 def main() -> int:
@@ -528,7 +556,8 @@ def main() -> int:
     _probe_sandbox(state, config, warnings)
     seccomp_prepare()
     _probe_seccomp(state, warnings)
-    _probe_namespaces(state, warnings)
+    _probe_namespaces(state, config, warnings)
+    state["outcome_cap"] = int(config.get("outcome_cap", 64 << 20))
     del attention_course
     os.write(reply_fd, (json.dumps({"ready": True, "pid": os.getpid(), "landlock_abi": state["abi"],
                                     "protections": _protections(state),
@@ -538,12 +567,15 @@ def main() -> int:
         line = stdin.readline()
         if not line:
             return 0
+        outcome = None
         try:
             req = json.loads(line)
-            reply = _serve_one(req, state)
+            reply, outcome = _serve_one(req, state)
         except Exception as error:  # a broken request must not kill the zygote
             reply = {"id": None, "error": f"{type(error).__name__}: {error}"}
-        os.write(reply_fd, (json.dumps(reply) + "\n").encode())
+        data = memoryview((json.dumps(reply) + "\n").encode() + (outcome or b""))
+        while data:  # the outcome's bytes follow its reply line
+            data = data[os.write(reply_fd, data):]
 
 
 if __name__ == "__main__":
