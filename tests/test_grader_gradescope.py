@@ -61,3 +61,25 @@ def test_gradescope_zip_runs_offline(tmp_path):
     assert abs(sum(t["max_score"] for t in results["tests"]) - CHAPTER1_POINTS) < 1e-3
     # it graded with the unpacked copy of the package, not the editable install
     assert "seed: 4" in done.stdout and str(gs / "source" / "attention_course") in done.stdout
+
+
+def test_a_grader_error_is_never_a_silent_zero_on_gradescope(tmp_path, monkeypatch):
+    """Issue 38: run_autograder exits non-zero, and results.json says the grader failed, when the
+    grader's own I/O fails (here: its scratch folder cannot be made, twice, for every exercise)."""
+    import errno
+    from attention_course.tools.grading import gradescope, sandbox as sandbox_module
+    gs = tmp_path / "autograder"
+    (gs / "source").mkdir(parents=True)
+    (gs / "source" / "autograder.json").write_text(json.dumps({"chapter": 1, "seed": 4, "jobs": 1, "time_limit": 10}))
+    (gs / "submission").mkdir()
+    (gs / "submission" / "01_queries_keys_values.ipynb").write_text(
+        next((ROOT / "solutions").glob("01_*.ipynb")).read_text())
+
+    def full_disk(path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(sandbox_module, "make_scratch", full_disk)
+    assert gradescope.run(gs) == 1
+    results = json.loads((gs / "results" / "results.json").read_text())
+    assert results["output"].startswith("The grader hit an error of its own on ch01_ex1")
+    assert "not a judgement of your code" in results["output"]

@@ -190,11 +190,19 @@ def run(root: Path) -> int:
     result = run_.results[0]
     if note:
         result.notes.append(note)
+    from .grader_io import GRADER_ERROR, INTERNAL_ERROR
+    ours = [e.label for e in result.exercises if e.reason.startswith((GRADER_ERROR, INTERNAL_ERROR))]
     data = gradescope_results(result, run_.plan, time.perf_counter() - start,
                               config.get("hidden_visibility", "after_published"))
+    if ours:  # never a silent 0: the student and the instructor both see that the grader failed, not the code
+        data["output"] = (f"The grader hit an error of its own on {', '.join(ours)}: this score is incomplete "
+                          f"and is not a judgement of your code. Your instructor will grade it again.\n\n"
+                          + str(data.get("output", "")))
     write_json(data, results_path)
     print("\n".join(run_.log))  # the autograder's stdout (hidden from students)
-    return 0
+    if ours:
+        print(f"grader error on {', '.join(ours)}: rerun this submission", file=sys.stderr)
+    return 1 if ours else 0
 
 
 def main(argv=None) -> int:
