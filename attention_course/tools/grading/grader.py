@@ -73,7 +73,7 @@ def student_seed(seed: int, student: str) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
-def student_plan(plan: GradingPlan, seed: int) -> GradingPlan:
+def student_plan(plan: GradingPlan, seed: int, reference: bool = True) -> GradingPlan:
     """One student's plan: the class ``plan`` with its **hidden** checks drawn afresh from ``seed``
     (:func:`student_seed`), their reference outcomes computed for this student.
 
@@ -81,7 +81,7 @@ def student_plan(plan: GradingPlan, seed: int) -> GradingPlan:
     (students never see them either; the secret seed decides them): recomputing the reference on
     every check for every student cost up to twice the grading time of a class (bench/grading_seeds.py).
     """
-    exercises = [exercise_plan(ep.exercise, seed, hidden=True, keep=ep) for ep in plan.exercises]
+    exercises = [exercise_plan(ep.exercise, seed, hidden=True, keep=ep, reference=reference) for ep in plan.exercises]
     return GradingPlan(plan.chapter, seed, exercises, plan.standard_setup, plan.extra_files)
 
 
@@ -174,6 +174,7 @@ class Grader:
         self.time_limit, self.memory_mb = float(time_limit), int(memory_mb)
         self.plan_for_seed = plan_for_seed
         self._plans = {}  # seed -> (plan, path of the student's hidden calls)
+        self._written = {}  # seed -> path of the student's hidden calls, or the OSError writing them
         self._plan_lock = threading.Lock()  # building a plan saves and restores torch's global RNG
         self.calls_path = self._calls_file(plan)
         self._judge_lock = threading.Lock()  # kept mistakes may seed torch's global RNG
@@ -188,12 +189,33 @@ class Grader:
         seed = student_seed(self.plan.seed, student)
         with self._plan_lock:
             if seed not in self._plans:
+                written = self._written.get(seed)
+                if isinstance(written, OSError):
+                    raise written
                 plan = self.plan_for_seed(seed)
-                path = self.sandbox.write_calls(f"ch{plan.chapter:02d}-{plan.seed}-{id(plan)}-hidden",
-                                                plan.calls_data(hidden_only=True))
+                path = written or self._write_hidden_calls(plan)
                 self._plans[seed] = (plan, path)
             plan, calls_path = self._plans[seed]
         return seed, plan, calls_path
+
+    def _write_hidden_calls(self, plan: GradingPlan) -> str:
+        return self.sandbox.write_calls(f"ch{plan.chapter:02d}-{plan.seed}-{id(self)}-hidden",
+                                        plan.calls_data(hidden_only=True))
+
+    def write_all_hidden_calls(self, students: list) -> None:
+        """Write every student's hidden calls before the first child runs (their inputs only: the
+        reference's outcomes are computed when each student is graded), so that nothing a child does
+        while the class is graded can stop the grader writing a classmate's. A write that fails is that
+        student's grader error, reported when they are graded."""
+        if self.plan_for_seed is None:
+            return
+        for student in students:
+            seed = student_seed(self.plan.seed, student)
+            if seed not in self._written:
+                try:
+                    self._written[seed] = self._write_hidden_calls(self.plan_for_seed(seed, reference=False))
+                except OSError as error:
+                    self._written[seed] = error
 
     def forget(self, student: str) -> None:
         """Drop a graded student's plan and hidden calls (two students of one seed share them)."""
@@ -202,6 +224,7 @@ class Grader:
         seed = student_seed(self.plan.seed, student)
         with self._plan_lock:
             entry = self._plans.pop(seed, None)
+            self._written.pop(seed, None)
         if entry is not None:
             try:
                 os.unlink(entry[1])
@@ -352,6 +375,7 @@ class Grader:
             pending[sub.student] = len(self.plan.exercises)
             for i, ep in enumerate(self.plan.exercises):
                 tasks.append((sub.student, i, ep, prepared))
+        self.write_all_hidden_calls(list(pending))
         done = [sum(1 for r in results.values() if r.student not in pending)]
         lock = threading.Lock()
         if progress:
@@ -456,7 +480,7 @@ def run_grading(submissions: list, chapter: int, *, seed: Optional[int] = None, 
                 sandbox.wait_ready()
             log = _log_header(plan, sandbox, time_limit, memory_mb, sandbox.jobs)
             grader = Grader(plan, sandbox, time_limit, memory_mb,
-                            (lambda s: student_plan(plan, s)) if per_student else None)
+                            (lambda s, reference=True: student_plan(plan, s, reference)) if per_student else None)
             results = grader.grade(submissions, progress)
             restarts = sandbox.restarts
             abi = sandbox.landlock_abi
