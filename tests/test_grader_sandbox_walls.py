@@ -94,13 +94,19 @@ def _sysv(kind: str) -> set:
     return {int(line.split()[0]) for line in lines if line.split()}
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory):
+@pytest.fixture(scope="module", params=[True, False], ids=["namespaces", "namespaces-refused"])
+def sandbox(request, tmp_path_factory):
+    """With private namespaces where the kernel allows them, and without (what a container whose seccomp
+    profile refuses ``unshare``, such as Docker's default, leaves): the allow-list holds either way."""
     if not seccomp_supported():
         pytest.skip(f"seccomp is not set up on {platform.machine()}")
-    with Sandbox(jobs=2, workdir=tmp_path_factory.mktemp("sandbox_walls")) as box:
+    with Sandbox(jobs=2, workdir=tmp_path_factory.mktemp("sandbox_walls"), namespaces=request.param) as box:
         if "seccomp off" in box.info.get("protections", "seccomp off"):
             pytest.skip("this kernel refuses seccomp filters")
+        if not request.param:
+            assert "namespaces user no, mnt no, ipc no, net no; scratch a folder on the grader's disk" in \
+                box.info["protections"], box.info["protections"]
+            assert any("namespaces turned off" in w for w in box.warnings), box.warnings
         yield box
 
 

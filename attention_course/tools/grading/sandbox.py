@@ -236,10 +236,13 @@ class Sandbox:
     Use as a context manager; :meth:`run` is thread-safe (one zygote per thread).
     """
 
-    def __init__(self, jobs: int = 2, landlock: bool = True, workdir: Optional[Path] = None):
+    def __init__(self, jobs: int = 2, landlock: bool = True, workdir: Optional[Path] = None, namespaces: bool = True):
+        """``namespaces=False`` gives every child what a container that refuses unprivileged namespaces
+        gives it (Docker's default seccomp profile refuses ``unshare``): the fallback walls only."""
         import tempfile
         self.jobs = max(1, int(jobs))
         self.landlock = landlock
+        self.namespaces = namespaces
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="ac-grade-"))
         self.zygotes: list = []
@@ -280,6 +283,7 @@ class Sandbox:
             "mpl_dir": _matplotlib_cache(self.workdir),
             "landlock": self.landlock,
             "outcome_cap": MAX_OUTCOME_BYTES,
+            "namespaces": self.namespaces,
         }
         config_path = self.workdir / "zygote.json"
         config_path.write_text(json.dumps(config))
