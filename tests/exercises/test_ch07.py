@@ -212,6 +212,33 @@ def test_ch07_ex3_a_correct_answer_by_hand_passes_everywhere():
     passes_everywhere("ch07_ex3", _greedy_decoder())
 
 
+
+# Issue 40: an argmax over the batch axis got only the checks' generic hints.
+def _greedy_decoder_argmax_over_axis_0():
+    from attention_course.translation import AttentionDecoder
+
+    class GreedyDecoder(AttentionDecoder):
+        def greedy(self, h0, enc_outputs, valid_lens, max_len, bos=1):
+            token = torch.tensor([bos] * h0.shape[0])
+            state, tokens, weights = h0, [], []
+            for _ in range(max_len):
+                logits, state, w = self.step(state, token, enc_outputs, valid_lens)
+                token = torch.argmax(logits, 0)          # the batch axis, not the vocabulary
+                tokens.append(token)
+                weights.append(w)
+            return torch.stack(tokens, 1), torch.stack(weights, 1)
+
+    return GreedyDecoder
+
+
+def test_ch07_ex3_argmax_over_the_batch_axis_is_named_with_the_shapes():
+    answer = _greedy_decoder_argmax_over_axis_0()
+    assert_mistake("ch07_ex3", answer, "argmax over the batch axis")
+    hint = mistake_hint("ch07_ex3", "argmax over the batch axis")
+    assert "(batch, vocab_size)" in hint and "(vocab_size,)" in hint and "(batch,)" in hint
+    assert failed_hidden_somewhere("ch07_ex3", answer)
+
+
 # ---- ch07_ex4: the score is a Python float
 
 def _hard_alignment(score_as):

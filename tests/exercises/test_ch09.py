@@ -191,6 +191,58 @@ def test_ch09_ex3_reverse_tile_order_with_a_guard_is_correct():
     passes_everywhere("ch09_ex3", lambda q, k, v, bs: _student_tiles(q, k, v, bs, last_tile_first=True))
 
 
+
+# Issue 41: an answer that formed the whole score matrix passed every public check.
+def _whole_matrix_tiles(queries, keys, values, block_size):
+    """A student who masks the whole score matrix at once and counts the tiles on paper."""
+    if type(block_size) is not int or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, got block_size={block_size!r}")
+    n_q, n_k = queries.shape[1], keys.shape[1]
+    if n_q > n_k:
+        raise ValueError(f"the queries must be the last positions of the keys' sequence, so need "
+                         f"num_queries <= num_keys; got queries with {n_q} tokens and keys with {n_k}")
+    first = n_k - n_q
+    allowed = torch.ones(n_q, n_k, dtype=torch.bool).tril(first)
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed)
+    tiles = 0
+    for q_lo in range(0, n_q, block_size):
+        last = first + min(n_q, q_lo + block_size) - 1
+        tiles += len(range(0, min(n_k, last + 1), block_size))
+    return out, tiles
+
+
+def test_ch09_ex3_the_whole_score_matrix_fails_only_the_tile_checks_with_its_hint():
+    failed = failed_checks("ch09_ex3", _whole_matrix_tiles)
+    assert [r.check for r in failed] == [check_named("ch09_ex3", "tile by tile").name], [r.line() for r in failed]
+    assert failed[0].mistake == "the whole score matrix formed"
+    tile_checks = {c.name for c in get_exercise("ch09_ex3").checks if c.name.startswith("tile by tile")}
+    for seed in (11, 2026, 7):
+        hidden = failed_checks("ch09_ex3", _whole_matrix_tiles, seed)
+        assert {r.check for r in hidden} == tile_checks, (seed, [r.line() for r in hidden])
+        assert all(r.mistake == "the whole score matrix formed" for r in hidden), (seed, [r.line() for r in hidden])
+
+
+def test_ch09_ex3_the_tile_checks_make_the_whole_matrix_exceed_the_budget():
+    exercise = get_exercise("ch09_ex3")
+    found = 0
+    for index, check in enumerate(exercise.checks):
+        if "tile by tile" not in check.name:
+            continue
+        found += 1
+        for seed in (check.seed, *(hidden_seed(s, index) for s in range(30))):
+            for call in check.make_calls(seed):
+                q, k, v, block = call.args
+                budget = q.shape[0] * max(q.shape[1], k.shape[1]) * max(block, q.shape[-1], v.shape[-1])
+                assert call.report == ("largest_tensor",)
+                assert q.shape[0] * q.shape[1] * k.shape[1] > budget, (seed, tuple(q.shape), tuple(k.shape), block)
+    assert found == 2
+
+
+def test_ch09_ex3_the_contract_states_the_memory_budget():
+    text = " ".join(statement("ch09_ex3").split())
+    assert "`batch × max(num_queries, num_keys) × max(block_size, d, d_v)` entries" in text
+
+
 # ------------------------------------------------------------- ch09_ex4
 
 def _step_heads_round_robin(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads):

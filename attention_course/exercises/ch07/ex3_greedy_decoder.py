@@ -207,6 +207,23 @@ class _GreedyRecordsInput(AttentionDecoder):
         return torch.stack(out_tokens, dim=1), torch.stack(out_weights, dim=1)
 
 
+@mistakes.keep("argmax over the batch axis",
+               "the next tokens came from an argmax over axis 0 of the logits, the batch axis: logits have "
+               "shape (batch, vocab_size), so that argmax has shape (vocab_size,), one sequence per token of "
+               "the vocabulary, while step expects tokens of shape (batch,). Take the most likely token of "
+               "each sequence: the argmax over the vocabulary, the last axis.")
+class _GreedyArgmaxOverBatch(AttentionDecoder):
+    def greedy(self, h0, enc_outputs, valid_lens, max_len, bos=1):
+        tokens = torch.full((h0.shape[0],), bos, dtype=torch.long)
+        hidden, out_tokens, out_weights = h0, [], []
+        for _ in range(max_len):
+            logits, hidden, weights = self.step(hidden, tokens, enc_outputs, valid_lens)
+            tokens = logits.argmax(dim=0)
+            out_tokens.append(tokens)
+            out_weights.append(weights)
+        return torch.stack(out_tokens, dim=1), torch.stack(out_weights, dim=1)
+
+
 @mistakes.keep("weights stacked on the wrong axis",
                "the weights must have shape (batch, max_len, num_steps): one row per output step.")
 class _GreedyWeightsTransposed(GreedyDecoder):

@@ -16,6 +16,12 @@ and dtype of `queries`, equals causal attention with this mask to within 1e-5; `
 (a tile covers every sequence of the batch). Raise `ValueError` naming `block_size` when it is not a positive
 integer (a Python `int` of at least 1: `2.0` and `True` are not), and naming `queries` and `keys`
 and giving their numbers of tokens when `num_queries > num_keys`.
+
+The check also enforces the memory that tiling saves: every tensor your function creates may hold
+at most `batch × max(num_queries, num_keys) × max(block_size, d, d_v)` entries, so the whole
+`num_queries × num_keys` matrix of scores (or of weights) never exists. The check records the size
+of every tensor created while your function runs; a view (a slice, `expand`) counts by the memory
+under it.
 """
 from __future__ import annotations
 
@@ -78,12 +84,12 @@ def causal_tiled_attention(queries, keys, values, block_size):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
-def _tiled_calls(g, sizes, scale=1.0, dtype=torch.float32):
+def _tiled_calls(g, sizes, scale=1.0, dtype=torch.float32, report=()):
     calls = []
     for b, n_q, n_k, d, d_v, bs in sizes:
         calls.append(Call(args=((torch.randn(b, n_q, d, generator=g) * scale).to(dtype),
                                 torch.randn(b, n_k, d, generator=g).to(dtype),
-                                torch.randn(b, n_k, d_v, generator=g).to(dtype), bs)))
+                                torch.randn(b, n_k, d_v, generator=g).to(dtype), bs), report=report))
     return calls
 
 
@@ -140,6 +146,24 @@ def _tiled_count_type_calls(seed):
     return _tiled_calls(gen(seed), [(2, 3, 7, 4, 3, 2), (1, 5, 5, 2, 3, 3)], scale=2.0)
 
 
+def _tiled_memory_calls(seed):
+    # 2 x 40 x 48 = 3,840 scores in the whole matrix against a budget of 2 x 48 x 8 = 768 entries.
+    return _tiled_calls(gen(seed), [(2, 40, 48, 4, 3, 8)], scale=2.0, report=("largest_tensor",))
+
+
+def _tiled_hidden_memory_calls(seed):
+    # d, d_v <= block_size < 5 block_size <= num_queries: the whole matrix always exceeds the budget.
+    g = gen(seed)
+    block = randint(g, 3, 6)
+    d_v = randint(g, 2, block)
+    d = randint(g, 1, block - 1)
+    d += d >= d_v                       # d and d_v at most block_size, and different
+    n_k = randint(g, 6 * block, 9 * block)
+    n_q = randint(g, 5 * block, n_k)
+    return _tiled_calls(g, [(randint(g, 1, 2), n_q, n_k, d, d_v, block)], scale=float(randint(g, 1, 3)),
+                        report=("largest_tensor",))
+
+
 _TILED_VALUES = Check("values", lambda seed: [], hint="")  # default tolerances, for compare_all only
 
 
@@ -163,6 +187,45 @@ def _tiles_of_the_same_type(got, want, calls):
         if type(mine) is not type(theirs):
             where = "tiles" if len(got) == 1 else f"call {i + 1} of {len(got)}: tiles"
             return f"{where} (item 1 of the result) is {_kind(mine)}, expected {_kind(theirs)}"
+    return None
+
+
+_ENTRIES = "largest_tensor_entries"
+
+
+def _tiled_budget(call):
+    """The most entries a tensor may hold: batch * max(num_queries, num_keys) * max(block_size, d, d_v)."""
+    queries, keys, values, block_size = call.args
+    return (queries.shape[0] * max(queries.shape[-2], keys.shape[-2])
+            * max(block_size, queries.shape[-1], values.shape[-1]))
+
+
+def _without_extras(outcomes):
+    return [{k: v for k, v in o.items() if k != "extras"} for o in outcomes]
+
+
+def _tiled_within_the_budget(got, want, calls):
+    """The output and the tile count first, as the other checks compare them; then the largest tensor
+    created, which must be within the budget when the reference's is (and beyond it when want is a
+    kept mistake's outcome that is, so that an answer can be matched to that mistake)."""
+    from ...checks.checking import compare_all
+    reason = compare_all(_without_extras(got), _without_extras(want), _TILED_VALUES, calls)
+    if reason:
+        return reason
+    for i, (g, w, call) in enumerate(zip(got, want, calls)):
+        if w["status"] != "ok":
+            continue
+        budget = _tiled_budget(call)
+        mine = g.get("extras", {}).get(_ENTRIES)
+        if not isinstance(mine, int):
+            return "the size of the tensors created was not recorded"
+        if (mine > budget) != (w["extras"][_ENTRIES] > budget):
+            n_q, n_k = call.args[0].shape[-2], call.args[1].shape[-2]
+            where = "" if len(got) == 1 else f"call {i + 1} of {len(got)}: "
+            return (f"{where}the output and tile count are right, but a tensor of {mine} entries was created; "
+                    f"with batch {call.args[0].shape[0]}, {n_q} queries, {n_k} keys and "
+                    f"block_size={call.args[-1]} a tensor may hold at most {budget}"
+                    if mine > budget else f"{where}no tensor exceeded {budget} entries")
     return None
 
 
@@ -288,6 +351,23 @@ mistakes.add("running output never divided by the running sum",
              "which do not sum to 1. Divide it by the running sum at the end of each block of queries.",
              _tiled_checked(lambda q, k, v, bs: _tiled_generic(
                  q, k, v, bs, _with_offset, _tile_has_visible, divide=False)))
+
+
+@mistakes.keep("the whole score matrix formed",
+               "your output and tile count are right, but your function forms the whole num_queries x "
+               "num_keys matrix of scores (or of weights) at once; compute one tile, a block of queries "
+               "against a block of keys, at a time, so that no tensor holds more than a block's rows of it.")
+def _tiled_whole_matrix(queries, keys, values, block_size):
+    _validate_tiled(queries, keys, values, block_size)
+    n_q, n_k = queries.shape[-2], keys.shape[-2]
+    offset = n_k - n_q
+    s = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    future = torch.arange(n_k)[None, :] > (offset + torch.arange(n_q))[:, None]
+    out = s.masked_fill(future, NEG_INF).softmax(dim=-1) @ values
+    # The count, from the tiles' corners, without computing them.
+    tiles = sum(1 for q0 in range(0, n_q, block_size) for k0 in range(0, n_k, block_size)
+                if k0 <= offset + min(q0 + block_size, n_q) - 1)
+    return out, tiles
 
 
 @mistakes.keep("tiles counted once per sequence of the batch",
@@ -482,6 +562,16 @@ register(Exercise(
               hint="this check compares the output and the tile count first (the reason above says which "
                    "differs, if any); once they are right, tiles must be a Python int: a tensor or a float "
                    "of the right value is not one."),
+        Check("tile by tile: 40 queries, 48 keys, blocks of 8, no tensor over 768 entries", _tiled_memory_calls,
+              seed=7, compare=_tiled_within_the_budget,
+              hint="this check compares the output and the tile count first (the reason above says which "
+                   "differs, if any); once they are right, no tensor created along the way may hold more than "
+                   "batch x max(num_queries, num_keys) x max(block_size, d, d_v) entries, which a tile respects "
+                   "and the whole score matrix does not."),
+        Check("tile by tile at random sizes (hidden)", _tiled_hidden_memory_calls, public=False,
+              compare=_tiled_within_the_budget,
+              hint="no tensor created along the way may hold more than batch x max(num_queries, num_keys) x "
+                   "max(block_size, d, d_v) entries; the output and the tile count are compared first."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),
