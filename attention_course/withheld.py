@@ -23,11 +23,19 @@ VS Code and a script; no notebook extension, and no cell of the notebook is chan
 The recorded calls (``public_checks/withheld_calls.pt``, plain tensors loaded with
 ``weights_only=True``) are results on fixed inputs: outputs, and where a gradient is needed the
 Jacobian on those inputs, never code. A replayed module (a worked example that builds a withheld
-class) is rebuilt from torch's own layers with the recorded parameters; its ``forward`` replays.
+class) is rebuilt from torch's own layers with the recorded parameters and plain settings
+(``head_dim``, ``num_heads``); its ``forward`` replays any call recorded with the same weights
+(chapter 6 builds a layer, copies weights into it, builds another alike and loads the first's
+``state_dict``). A worked example that shows the piece refusing its input replays the error (its
+built-in type and words). A worked example's call also carries torch's random state before and
+after it: of two recorded calls alike (a layer built twice with the same arguments) the one made
+from the present state is replayed, and on the recorded path the state is left where the piece
+itself left it, so the cells after it draw the numbers they drew when the course ran them.
 Nothing here holds an answer; the full course package never uses this module.
 """
 from __future__ import annotations
 
+import builtins
 import sys
 import threading
 from pathlib import Path
@@ -82,8 +90,34 @@ def _find(entries, args, kwargs):
     return None
 
 
+def _pick(entries, args, kwargs):
+    """The worked example's call recorded for these inputs; of several alike (a layer of random
+    weights built twice with the same arguments), the one made from torch's present random state."""
+    found = [entry for entry in entries or () if _find([entry], args, kwargs) is not None]
+    if len(found) > 1:
+        state = torch.get_rng_state()
+        found.sort(key=lambda entry: not _on_path(entry, state))  # stable: else the first recorded
+    return found[0] if found else None
+
+
+def _on_path(entry, state=None) -> bool:
+    """Is torch's random state the one the recorded call started from?"""
+    before = entry.get("rng")
+    return isinstance(before, torch.Tensor) and isinstance(entry.get("rng_after"), torch.Tensor) and \
+        torch.equal(before, torch.get_rng_state() if state is None else state)
+
+
+def _recorded_error(entry) -> Exception:
+    """The error a worked example showed the piece raising (its type, built-in, and its words)."""
+    name, message = entry["raises"]
+    kind = getattr(builtins, name, None)
+    return (kind if isinstance(kind, type) and issubclass(kind, Exception) else RuntimeError)(message)
+
+
 def _replay(entry, args, kwargs):
     """The recorded result, with gradients through the recorded Jacobians (its value is exact)."""
+    if "raises" in entry:
+        raise _recorded_error(entry)
     outputs = [t.clone() for t in entry["out"]]
     for key, jacobians in entry.get("jac", {}).items():
         given = kwargs[key[2:]] if key.startswith("k:") else args[int(key[2:])]
@@ -146,11 +180,17 @@ def _call(where: str, label: str, answer_name, args, kwargs, build=None):
                 raise
         finally:
             active.discard(where)
-    entry = (build or _find)(calls.get("example"), args, kwargs)
+    entry = (build or _pick)(calls.get("example"), args, kwargs)
     if entry is None:
         raise _not_written(where, label, answer_name)
     _note(where, label, answer_name)
-    return entry if build else _replay(entry, args, kwargs)
+    if build:
+        if isinstance(entry, Exception):
+            raise entry
+        return entry
+    if _on_path(entry):  # leave torch's random state where the piece itself left it
+        torch.set_rng_state(entry["rng_after"])
+    return _replay(entry, args, kwargs)
 
 
 def function(where: str, label: str, answer_name):
@@ -174,12 +214,18 @@ class _Replayed(nn.Module):
             if "." not in name and not hasattr(self, name):
                 self.register_parameter(name, nn.Parameter(value.clone()))
         self.load_state_dict(entry["state"])
+        for name, value in entry.get("attrs", {}).items():  # plain settings: head_dim, num_heads
+            if not hasattr(self, name):
+                setattr(self, name, value)
         self._calls = entry["forward"]
         self._where = entry["where"]
 
     def forward(self, *args, **kwargs):
         state = self.state_dict()
-        for call in self._calls:
+        # Its own recorded calls first, then any made with the same weights by another module of
+        # the examples (a layer built again, then loaded with this one's state_dict).
+        others = [call for e in recorded(self._where).get("example", ()) for call in e.get("forward", ())]
+        for call in self._calls + others:
             if all(torch.equal(state[k], v) for k, v in call["state"].items()) and _find([call], args, kwargs):
                 return _replay(call, args, kwargs)
         raise WithheldError(f"{self._where} is withheld in this release: the course's results are known for "
@@ -191,8 +237,14 @@ class _StandInClass:
 
     def __new__(cls, *args, **kwargs):
         def build(entries, a, k):
-            entry = _find(entries, a, k)
-            return None if entry is None else _Replayed(dict(entry, where=cls._where))
+            entry = _pick(entries, a, k)
+            if entry is None:
+                return None
+            on_path = _on_path(entry)  # before the rebuilt layers draw their own random weights
+            built = _recorded_error(entry) if "raises" in entry else _Replayed(dict(entry, where=cls._where))
+            if on_path:
+                torch.set_rng_state(entry["rng_after"])
+            return built
         return _call(cls._where, cls._label, cls._answer_name, args, kwargs, build=build)
 
 

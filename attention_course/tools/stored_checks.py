@@ -395,6 +395,14 @@ def _module_spec(module) -> Optional[list]:
     return spec
 
 
+def _plain_attributes(module) -> dict:
+    """A module's plain settings (``head_dim``, ``num_heads``: numbers and words set by its
+    constructor), which a worked example may read from a replayed module; no tensor, no code."""
+    return {name: value for name, value in vars(module).items()
+            if not name.startswith("_") and name != "training"
+            and isinstance(value, (bool, int, float, str, type(None)))}
+
+
 class _Recorder:
     """Patches the withheld pieces of the full package so that their calls are recorded."""
 
@@ -419,18 +427,41 @@ class _Recorder:
         return self.depth == 0 and self.phase is not None and piece.label != self.label and \
             (self.phase == "example" or not piece.is_class)
 
+    def _record_raise(self, piece, args, kwargs, error, rng) -> None:
+        """A worked example that shows the piece refusing its input (a ``ValueError`` it prints):
+        the error's type and words, so the stand-in raises them too (built-in types only)."""
+        if type(error).__module__ != "builtins" or not isinstance(error, Exception):
+            return
+        try:
+            entry = {"args": _storable(list(args)), "kwargs": {k: _storable(v) for k, v in kwargs.items()},
+                     "out": [], "tuple": False, "jac": {}, "raises": [type(error).__name__, str(error)]}
+        except _Unstorable:
+            return
+        entry.update(rng=rng, rng_after=torch.get_rng_state())
+        self.calls[f"{PACKAGE}.{piece.module}.{piece.attr}"][self.phase].append(entry)
+
     def _function(self, piece, original):
         def recording(*args, **kwargs):
             wanted = self._wanted(piece)
+            # A worked example's call also keeps torch's random state before and after it, so that
+            # a replay on the recorded path leaves the state as the piece itself would have.
+            rng = torch.get_rng_state() if wanted and self.phase == "example" else None
             self.depth += 1
             try:
                 result = original(*args, **kwargs)
+            except Exception as error:
+                if rng is not None:
+                    self._record_raise(piece, args, kwargs, error, rng)
+                raise
             finally:
                 self.depth -= 1
+            after = torch.get_rng_state() if rng is not None else None
             if wanted:
                 self.depth += 1
                 try:
                     entry = self._entry(original, args, kwargs, result)
+                    if rng is not None:
+                        entry.update(rng=rng, rng_after=after)
                     self.calls[f"{PACKAGE}.{piece.module}.{piece.attr}"][self.phase].append(entry)
                 except _Unstorable:
                     pass
@@ -467,14 +498,21 @@ class _Recorder:
 
         def building(*args, **kwargs):
             wanted = self._wanted(piece)
-            instance = original(*args, **kwargs)
+            rng = torch.get_rng_state() if wanted else None
+            try:
+                instance = original(*args, **kwargs)
+            except Exception as error:
+                if wanted:
+                    self._record_raise(piece, args, kwargs, error, rng)
+                raise
+            after = torch.get_rng_state() if wanted else None
             spec = _module_spec(instance) if wanted else None
             if spec is None:
                 return instance
             try:
                 entry = {"args": _storable(list(args)), "kwargs": {k: _storable(v) for k, v in kwargs.items()},
                          "children": spec, "state": {k: v.detach().clone() for k, v in instance.state_dict().items()},
-                         "forward": []}
+                         "attrs": _plain_attributes(instance), "rng": rng, "rng_after": after, "forward": []}
             except _Unstorable:
                 return instance
             recorder.calls[f"{PACKAGE}.{piece.module}.{piece.attr}"]["example"].append(entry)

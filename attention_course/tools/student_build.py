@@ -33,7 +33,13 @@ student's answer to it.
 outside it, or a notebook of another released chapter, uses would break that material (the
 student's own answer is not in that notebook). The release then stops and names the piece:
 release that chapter after the exercise's deadline (open its answers in ``course.yml``), or
-make the exercise practice.
+make the exercise practice. The same holds in the exercise's own chapter for a piece that the
+student's answer cannot stand in for (named otherwise, or with a wider contract than the
+exercise's, :data:`WIDER_CONTRACT`): chapter 7's worked examples train ``translation.Seq2Seq``
+(ch07_ex3); chapter 8's build ``MaskedMultiHeadAttention`` (ch08_ex2) and train
+``tf.Transformer``, whose blocks are ``DecoderBlock`` (ch08_ex3). A release of chapter 7 or 8
+makes those practice (tests/test_released_chapters_run.py releases chapters 4-9 in sequence and
+runs them).
 """
 from __future__ import annotations
 
@@ -201,13 +207,20 @@ class Withheld:
     @property
     def delegates(self) -> bool:
         """Can the student's own answer stand in for it (the same name and contract)?"""
-        return self.attr == self.answer_name or f"{self.module}.{self.attr}" in SAME_CONTRACT
+        where = f"{self.module}.{self.attr}"
+        return (self.attr == self.answer_name and where not in WIDER_CONTRACT) or where in SAME_CONTRACT
 
 
 # Library pieces named otherwise than their exercise's answer that take the same arguments and
 # return the same results, so the student's answer can stand in for them (the fused-kernel
 # layer has MultiHeadAttention's constructor, parameters and forward).
 SAME_CONTRACT = {"multihead.SDPAMultiHeadAttention"}
+# Library pieces named like their exercise's answer whose shipped callers use more than the
+# exercise asks for, so the student's answer cannot stand in for them there: the library's
+# DecoderBlock takes dropout, norm_first and context_length (tf.Transformer builds it with all
+# three) and returns the cross-attention weights; ch08_ex3's DecoderBlock(d_model, num_heads,
+# d_ff) does neither. Withheld, it raises, and a release whose material uses it stops and says so.
+WIDER_CONTRACT = {"transformer.DecoderBlock"}
 
 
 def withheld_pieces(plan: ReleasePlan, modules: set) -> list:
