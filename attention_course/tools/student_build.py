@@ -25,7 +25,7 @@ bound to a stand-in (:mod:`attention_course.withheld`) that calls the student's 
 of the same name. So chapter 3's later cells run on the student's own ``masked_softmax``.
 Before it is written, the stand-in replays the course's results recorded when the release was
 made (``public_checks/withheld_calls.pt``: :func:`worked_examples`, and the calls other exercises'
-public checks make; :func:`attention_course.tools.stored_checks.record_withheld_calls`): the
+public checks make; :func:`attention_course.tools.withheld_calls.record_withheld_calls`): the
 worked examples run top to bottom, and an exercise that uses the piece does not depend on the
 student's answer to it.
 
@@ -55,9 +55,10 @@ import torch
 
 from ..rooms import LIBRARY, LIBRARY_SUPPORT
 # The stored public checks (and the build's error, and what never ships), re-exported from here.
-from .stored_checks import (CALLS_NAME, PUBLIC_CHECKS_INIT, STORE_NAME, StudentBuildError,  # noqa: F401
+from .stored_checks import (PUBLIC_CHECKS_INIT, STORE_NAME, StudentBuildError,  # noqa: F401
                             _absolute_source, _code_names, _CodeCollector, _input_names, _lambda_source,
-                            _module_assignment, build_store, never_shipped, record_withheld_calls)
+                            _module_assignment, build_store, never_shipped)
+from .withheld_calls import CALLS_NAME, record_withheld_calls  # noqa: F401
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE = __name__.split(".")[0]
@@ -297,7 +298,7 @@ def strip_module(name: str, pieces: list) -> str:
     out = "".join(body_lines)
     # The stand-ins' import goes after the module's docstring and __future__ import.
     anchor = "from __future__ import annotations\n"
-    imports = f"from . import withheld as _withheld\n"
+    imports = "from . import withheld as _withheld\n"
     out = out.replace(anchor, anchor + imports, 1) if anchor in out else imports + out
     if tail:
         out += "\n\n# Withheld in this release (re-exports of pieces that answer graded exercises).\n" + "".join(tail)

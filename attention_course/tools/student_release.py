@@ -19,8 +19,10 @@ It writes, into ``OUT``, a self-contained student repository for the chapters re
   chapters not released read as plain text (``chapter 5, not released yet``); launch buttons and
   downloads give the notebooks of ``chapters/``. ``--build`` builds it into ``_build/html``;
 * ``RELEASE.md`` -- what was released and the **answer-exposure report**: for every exercise of
-  the course, whether it is graded, practice or not released, and every released file in which
-  a line of its answer appears (:func:`exposure_report`).
+  the course, whether it is graded, practice or not released, every released file in which
+  a line of its answer appears (:func:`exposure_report`), the shipped routines that compute it
+  by another route and the checks graded on inputs whose outputs ship
+  (:mod:`attention_course.tools.exposure`).
 
 The instructor's grading kit is not in it: ``attention-course grade`` and the Gradescope zip run
 from the course repository, with the references and hidden checks.
@@ -214,11 +216,14 @@ def _searchable(path: Path) -> str:
 
 
 def exposure_report(out: Path, plan: ReleasePlan, root: Path) -> list:
-    """For every exercise of the course: ``{"label", "status", "found": [(file, line)]}``.
+    """For every exercise of the course: ``{"label", "status", "found": [(file, line)], "printed",
+    "routes", "fixed"}``.
 
     ``status`` is ``graded``, ``practice`` (or the answers of its chapter are released) or
     ``not released``. ``found`` lists every released file (source, notebooks, site, package,
     data) in which a distinctive line of the exercise's answer appears, with the first such line.
+    ``routes`` and ``fixed``: what gives the answer away without its lines
+    (:func:`attention_course.tools.exposure.add_exposure`).
     """
     from ..checks.registry import all_exercises
     out = Path(out)
@@ -254,10 +259,12 @@ def exposure_report(out: Path, plan: ReleasePlan, root: Path) -> list:
             if hit:
                 found.append((path.relative_to(out).as_posix(), hit))
         rows.append({"label": label, "status": status, "found": found, "printed": printed})
-    return rows
+    from .exposure import add_exposure
+    return add_exposure(rows, out)
 
 
 def report_markdown(rows: list, plan: ReleasePlan, summary: dict) -> str:
+    from . import exposure
     lines = [
         "# This release",
         "",
@@ -285,15 +292,16 @@ def report_markdown(rows: list, plan: ReleasePlan, summary: dict) -> str:
         "example): they are no part of what the release adds, but an exercise whose lines the page",
         "prints asks less of a student than one whose lines it does not.",
         "",
-        "| exercise | status | answer appears in | answer lines the pages print |",
-        "|---|---|---|---|",
+    ] + exposure.PROSE + [
+        f"| exercise | status | answer appears in | {' | '.join(exposure.HEADINGS)} | answer lines the pages print |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
         where = "; ".join(f"`{path}`" for path, _ in row["found"][:4]) or "nowhere"
         if len(row["found"]) > 4:
             where += f" and {len(row['found']) - 4} more"
         printed = "; ".join(f"`{line}`" for line in row["printed"]) or "none"
-        lines.append(f"| {row['label']} | {row['status']} | {where} | {printed} |")
+        lines.append(f"| {row['label']} | {row['status']} | {where} | {' | '.join(exposure.cells(row))} | {printed} |")
     return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,23 @@ from attention_course.checks.registry import all_exercises
 from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
 
 
+# ------------------------------------------------------------- ch01_ex1: attention_pool
+
+def test_ch01_ex1_torch_mm_on_a_batch_gets_the_batched_product_hint():
+    """Issue 40, item 4: torch.mm works on the 2-D checks and raises "self must be a matrix" on the
+    batched ones; the hint names the shapes given and the product that keeps a batch axis."""
+    def attention_pool(weights, values):
+        if weights.dim() != values.dim() or weights.dim() not in (2, 3) or weights.shape[:-2] != values.shape[:-2] \
+                or weights.shape[-1] != values.shape[-2]:
+            raise ValueError(f"weights {tuple(weights.shape)} and values {tuple(values.shape)} do not fit")
+        return torch.mm(weights, values)
+
+    hint = mistake_hint("ch01_ex1", "torch.mm on a batch")
+    assert "(batch, num_queries, num_keys)" in hint and "torch.matmul" in hint
+    assert_mistake("ch01_ex1", attention_pool, "torch.mm on a batch")
+    assert len(failed_checks("ch01_ex1", attention_pool)) == 2
+
+
 # ------------------------------------------------------------- ch01_ex2: normalize_weights
 
 def test_ch01_ex2_totals_without_keepdim_get_the_keepdim_hint():
@@ -75,6 +92,39 @@ def test_ch01_ex4_shift_over_every_key_is_caught_in_public_with_its_hint():
         return weighted / weighted.sum(dim=1, keepdim=True)
 
     assert_mistake("ch01_ex4", shift_over_every_key, "shifted by the maximum over every key")
+
+
+# ------------------------------------------------------------- ch01_ex5: zero_temperature_weights
+
+@pytest.mark.parametrize("tau", [1e-2, 1e-3, 1e-4, 1e-5])
+def test_ch01_ex5_softmax_at_a_fixed_small_temperature_fails(tau):
+    """Issue 40, item 3: the softmax at one small temperature instead of its limit passed every public
+    and hidden check, whose coordinates were integers or halves (every gap between squared distances
+    at least 0.25, so e^-250 looked like 0). It fails now, in public and at grading; at 1e-3 (the
+    temperature the chapter's plots end at) with the hint of its kept mistake."""
+    def zero_temperature_weights(queries, keys):
+        return torch.softmax(-torch.cdist(queries, keys) ** 2 / tau, dim=-1)
+
+    failed = failed_checks("ch01_ex5", zero_temperature_weights)
+    assert [r.check for r in failed] == ["points a few thousandths apart: one nearest key, then ties"]
+    if tau == 1e-3:
+        hint = mistake_hint("ch01_ex5", "softmax at a fixed small temperature")
+        assert failed[0].hint == hint
+        assert "argmin" not in hint and "min(" not in hint and "==" not in hint  # names no answer
+    for seed in (11, 2026, 7):
+        assert failed_checks("ch01_ex5", zero_temperature_weights, seed, first_failure=True), seed
+
+
+def test_ch01_ex5_the_limit_written_with_a_tolerance_on_ties_passes_everywhere():
+    """The close-points check keeps its ties exact: an answer that finds the nearest keys with a
+    relative tolerance (as a student comparing floats would) still passes."""
+    def zero_temperature_weights(queries, keys):
+        d2 = ((queries[:, None, :] - keys[None, :, :]) ** 2).sum(-1)
+        best = d2.min(dim=1, keepdim=True).values
+        near = (d2 <= best * (1 + 1e-6)).to(queries.dtype)
+        return near / near.sum(dim=1, keepdim=True)
+
+    passes_everywhere("ch01_ex5", zero_temperature_weights)
 
 
 # ------------------------------------------------------------- ch01_ex6: temperature_for_peak

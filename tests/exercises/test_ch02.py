@@ -23,8 +23,8 @@ import torch
 from attention_course.checks.checking import outcomes_for, run_checks
 from attention_course.checks.registry import get_exercise
 
-from exercise_helpers import (all_failures, assert_mistake, check_named, failed_checks, passes_everywhere,
-                              statement)
+from exercise_helpers import (all_failures, assert_mistake, check_named, failed_checks, failed_hidden_somewhere,
+                              mistake_hint, passes_everywhere, statement)
 
 
 # ======================================== ch02_ex1
@@ -394,6 +394,29 @@ def knn_distinct_keys(queries, keys, values, num_neighbors):
 def test_ch02_ex6_nan_at_zero_width_and_distinct_keys_get_their_hints():
     assert_mistake("ch02_ex6", knn_nan_on_keys, "0/0 at a zero width")
     assert_mistake("ch02_ex6", knn_distinct_keys, "repeated keys counted once")
+
+
+# ---- ch02_ex6: topk without largest=False gets its own hint (issue 40, item 4)
+
+def knn_topk_largest(queries, keys, values, num_neighbors):
+    _knn_check_count(keys, num_neighbors)
+    d = (queries[:, None] - keys[None, :]).abs()
+    h = d.topk(num_neighbors, dim=1).values[:, -1:]    # largest=True by default: from the far end
+    w = torch.exp(-0.5 * (d / h) ** 2)
+    return (w @ values) / w.sum(dim=1)
+
+
+def test_ch02_ex6_topk_largest_gets_its_own_hint_not_one_too_far():
+    """topk keeps the largest values by default. With four keys and num_neighbors = 2 (the hand-made
+    check as it was) the 2nd largest distance is the 3rd smallest, and this answer was told "one too
+    far". The hand-made check has five keys now, and the answer gets the hint of its own mistake on
+    every public check it fails, and fails at grading too."""
+    hint = mistake_hint("ch02_ex6", "num_neighbors-th largest distance")
+    assert "largest=False" in hint
+    assert_mistake("ch02_ex6", knn_topk_largest, "num_neighbors-th largest distance")
+    failed = failed_checks("ch02_ex6", knn_topk_largest)
+    assert any(r.check.startswith("three queries") for r in failed)
+    assert failed_hidden_somewhere("ch02_ex6", knn_topk_largest)
 
 
 # ---- ch02_ex6: a tiny floor under the width is a correct answer

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from attention_course import functional as F_att
+from attention_course.checks.checking import run_checks
 from attention_course.checks.registry import all_exercises
 
 from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
@@ -71,6 +72,30 @@ def test_ch03_ex1_float64_check_names_the_empty_row_too():
         assert "valid length 0" in failed[0].hint, failed[0].hint
 
 
+def test_ch03_ex1_two_d_lengths_repeated_as_if_one_d_get_their_hint():
+    """Issue 40, item 4: d2l's flatten-and-repeat masked softmax with its 1-D branch used for every
+    valid_lens: a 2-D valid_lens gets num_queries copies of each length and the mask no longer fits
+    the rows (a shape error). The hint names the shapes and the idiom of each form."""
+    def masked_softmax(scores, valid_lens):
+        if valid_lens is None:
+            return torch.softmax(scores, dim=-1)
+        if valid_lens.shape not in {scores.shape[:1], scores.shape[:2]}:
+            raise ValueError(f"valid_lens {tuple(valid_lens.shape)} does not fit scores {tuple(scores.shape)}")
+        shape = scores.shape
+        lens = torch.repeat_interleave(valid_lens, shape[1])
+        rows = scores.reshape(-1, shape[-1])
+        mask = torch.arange(shape[-1])[None, :] < lens[:, None]
+        rows = rows.masked_fill(~mask, float("-inf"))
+        return torch.nan_to_num(torch.softmax(rows, dim=-1), nan=0.0).reshape(shape)
+
+    hint = mistake_hint("ch03_ex1", "2-D lengths repeated as if 1-D")
+    assert "(batch, num_queries)" in hint and "repeat_interleave" in hint
+    failed = failed_checks("ch03_ex1", masked_softmax)
+    assert [r.check for r in failed] == ["2-D valid_lens (one length per query)",
+                                         "a valid length of 0: an all-zero row and finite gradients (scores require grad)"]
+    assert all(r.hint == hint for r in failed), [(r.check, r.hint) for r in failed]
+
+
 # ------------------------------------------------------------- ch03_ex2: swapped pair
 
 def _sdpa_weights_first(queries, keys, values, valid_lens=None):
@@ -94,6 +119,66 @@ def test_ch03_ex2_swapped_and_unscaled_gets_neutral_hints():
     for r in failures:
         assert r.mistake is None
         assert "look at how" not in r.hint and "the masking treats" not in r.hint, r.hint
+
+
+def test_ch03_ex2_keys_T_on_a_3d_tensor_gets_the_transpose_hint():
+    """Issue 40, item 4: keys.T on (batch, num_keys, d) keys reverses every axis; the product raises a
+    shape error, with @ and with torch.bmm alike. The hint names the shapes given and needed and the
+    idiom that swaps the last two axes."""
+    def with_matmul(queries, keys, values, valid_lens=None):
+        scores = torch.matmul(queries, keys.T) / math.sqrt(queries.shape[-1])
+        weights = F_att.masked_softmax(scores, valid_lens)
+        return torch.matmul(weights, values), weights
+
+    def with_bmm(queries, keys, values, valid_lens=None):
+        weights = F_att.masked_softmax(torch.bmm(queries, keys.T) / queries.shape[-1] ** 0.5, valid_lens)
+        return torch.bmm(weights, values), weights
+
+    hint = mistake_hint("ch03_ex2", "keys.T on 3-D keys")
+    assert "(d, num_keys, batch)" in hint and "(batch, d, num_keys)" in hint and "transpose(1, 2)" in hint
+    assert_mistake("ch03_ex2", with_matmul, "keys.T on 3-D keys")
+    assert_mistake("ch03_ex2", with_bmm, "keys.T on 3-D keys, in torch.bmm")
+    assert len(failed_checks("ch03_ex2", with_matmul)) == 3
+
+
+# ------------------------------------------------------------- ch03_ex3: additive attention
+
+def test_ch03_ex3_new_axes_swapped_get_the_unsqueeze_hint():
+    """Issue 40, item 4: queries given their new axis at position 1 and keys at 2 make scores of shape
+    (batch, num_keys, num_queries); the hint says so and names the axes each needs."""
+    class AdditiveAttention(torch.nn.Module):
+        def __init__(self, query_size, key_size, num_hiddens):
+            super().__init__()
+            self.W_q = torch.nn.Linear(query_size, num_hiddens, bias=False)
+            self.W_k = torch.nn.Linear(key_size, num_hiddens, bias=False)
+            self.w_v = torch.nn.Linear(num_hiddens, 1, bias=False)
+
+        def forward(self, queries, keys, values, valid_lens=None):
+            features = torch.tanh(self.W_q(queries)[:, None, :, :] + self.W_k(keys)[:, :, None, :])
+            weights = F_att.masked_softmax(self.w_v(features).squeeze(-1), valid_lens)
+            return torch.bmm(weights, values), weights
+
+    hint = mistake_hint("ch03_ex3", "new axes of queries and keys swapped")
+    assert "(batch, num_keys, num_queries)" in hint and "unsqueeze(2)" in hint
+    assert_mistake("ch03_ex3", AdditiveAttention, "new axes of queries and keys swapped")
+    assert len(failed_checks("ch03_ex3", AdditiveAttention)) == 3
+
+
+# ------------------------------------------------------------- ch03_ex4: attention_shapes
+
+def test_ch03_ex4_a_hard_coded_chapter_example_earns_nothing_at_grading():
+    """Issue 39: an answer that returns the chapter's example whatever it is given passed the public
+    check "the chapter's example" and so earned a third of the points at grading, where that check ran
+    on its fixed case. At grading every check now runs on sizes of its own (issue 38, item 4)."""
+    def attention_shapes(queries_shape, keys_shape, values_shape, num_hiddens):
+        return {"scores": (2, 3, 5), "output": (2, 3, 6), "additive_features": (2, 3, 5, 8)}
+
+    public = run_checks("ch03_ex4", attention_shapes)
+    assert [r.passed for r in public] == [True, False]    # it does match the public example
+    for seed in (11, 2026, 7, 31337):
+        graded = run_checks("ch03_ex4", attention_shapes, hidden=True, seed=seed)
+        assert len(graded) == 3 and not any(r.passed for r in graded), (seed, [r.line() for r in graded])
+        assert sum(r.points for r in graded) == 0
 
 
 # ------------------------------------------------------------- ch03_ex7: query_jacobian
@@ -184,6 +269,74 @@ def test_ch03_ex7_open_question_has_a_reference_answer_in_its_solution_block():
     assert len(answers) == 1, answers
     student = (ROOT / "chapters" / "03_scoring_functions.ipynb").read_text()
     assert text[answers[0]].splitlines()[0][:60] not in student
+
+
+def test_ch03_ex7_check_0_is_the_case_by_hand_at_its_seed_and_turned_at_grading_seeds():
+    """Issue 38 item 4: check 0's outputs ship with a release, so at grading it runs on the same case
+    turned. At its own seed: the case written in the check (by hand here). At two grading seeds:
+    one query in 2-D, three keys, values of size 3 again; the query and keys rotated or reflected
+    (every score kept, in another order of the keys), the values redrawn; the two seeds differ."""
+    from attention_course.checks.plan import hidden_seed
+    check = next(e for e in all_exercises(3) if e.label == "ch03_ex7").checks[0]
+    (public,) = check.make_calls(check.seed)
+    q, k, v = public.args
+    assert torch.equal(q, torch.tensor([[1.0, -0.5]]))
+    assert torch.equal(k, torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]]))
+    assert torch.equal(v, torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0], [1.0, 1.0, 0.0]]))
+    scores = sorted((q @ k.T).flatten().tolist())                          # 1, -0.5, -1.5
+    assert scores == [-1.5, -0.5, 1.0]
+    turned = []
+    for seed in (11, 2026):
+        (call,) = check.make_calls(hidden_seed(seed, 0))
+        tq, tk, tv = call.args
+        assert (tq.shape, tk.shape, tv.shape) == ((1, 2), (3, 2), (3, 3))
+        assert not torch.equal(tq, q) and not torch.equal(tv, v)
+        assert sorted((tq @ tk.T).flatten().tolist()) == pytest.approx(scores, abs=1e-6)
+        assert torch.allclose(tq.norm(), q.norm()) and torch.allclose(tk.norm(dim=1).sort().values,
+                                                                       k.norm(dim=1).sort().values)
+        turned.append(call.args)
+    assert not all(torch.equal(a, b) for a, b in zip(*turned))
+
+
+# The derivative the exercise asks for, in the words a hint would use to state it: no hint of
+# ch03_ex7 may contain any of these (its kept mistakes' hints once stated d a_i / d q in full).
+_EX7_FORMULA = ("d a_i", "a_i (1 - a_i)", "a_i a_l", "k_i - kbar", "v_i - o", "sum_i a_i", "a_i (k_i",
+                "kbar)", "(k_i -", "/ d q =", "/ d s")
+
+
+def test_ch03_ex7_hints_name_the_mistake_without_the_derivative():
+    exercise = next(e for e in all_exercises(3) if e.label == "ch03_ex7")
+    texts = [(m.name, m.hint) for m in exercise.mistakes] + [(c.name, c.hint) for c in exercise.checks]
+    for name, hint in texts:
+        for words in _EX7_FORMULA:
+            assert words not in hint, (name, words, hint)
+    # Each kept mistake's hint still says what went wrong, in words of its own.
+    assert len({m.hint for m in exercise.mistakes}) == len(exercise.mistakes)
+
+
+def test_ch03_ex7_statement_says_plainly_that_no_check_can_tell_autograd():
+    """The contract forbids autograd, and neither check() nor the grader can tell how an answer was
+    computed (it returns numbers; a stand-in that refuses autograd in the call would not stop
+    torch.func either). The statement says so; it stays true: an answer written with torch.func,
+    by hand here, passes the public checks."""
+    from exercise_helpers import statement
+    text = " ".join(statement("ch03_ex7").split())
+    assert "Neither the checks nor the grader can tell how you computed your numbers" in text
+    assert "not with autograd" in text
+
+    def by_autograd(queries, keys, values):
+        if queries.shape[-1] != keys.shape[-1]:
+            raise ValueError(f"queries of shape {tuple(queries.shape)} and keys of shape {tuple(keys.shape)}")
+        if keys.shape[-2] != values.shape[-2]:
+            raise ValueError(f"keys of shape {tuple(keys.shape)} and values of shape {tuple(values.shape)}")
+        def one(q, k, v):
+            return torch.func.jacrev(lambda x: torch.softmax(k @ x / math.sqrt(x.shape[0]), dim=0) @ v)(q)
+        rows = torch.vmap(one, in_dims=(0, None, None))
+        if queries.dim() == 3:
+            return torch.stack([rows(q, k, v) for q, k, v in zip(queries, keys, values)])
+        return rows(queries, keys, values)
+
+    assert not failed_checks("ch03_ex7", by_autograd), [r.line() for r in failed_checks("ch03_ex7", by_autograd)]
 
 
 # ------------------------------------------------------------- every check hint of the chapter

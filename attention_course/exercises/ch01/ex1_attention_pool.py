@@ -133,6 +133,16 @@ def _pool_float32(weights, values):
     return torch.matmul(weights.float(), values.float())
 
 
+@mistakes.keep("torch.mm on a batch",
+               "torch.mm multiplies two 2-D matrices only, so the batched inputs, weights (batch, num_queries, "
+               "num_keys) and values (batch, num_keys, d_v), raise \"self must be a matrix\". The product for "
+               "both 2-D and 3-D inputs keeps any leading batch axis: torch.matmul (the @ operator), or "
+               "torch.bmm for 3-D inputs.")
+def _pool_mm(weights, values):
+    _validate_pool(weights, values)
+    return torch.mm(weights, values)
+
+
 @mistakes.keep("no shape check",
                "bad shapes must be caught by your own check and reported as a ValueError "
                "naming weights, values and their shapes, before any matrix product.")

@@ -32,6 +32,7 @@ import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, finite_then_close, shape_of
+from ._common import moved
 from .ex3_hard_lookup import _squared_distances
 
 mistakes = Kept(Mistake)
@@ -113,10 +114,21 @@ def _cued_far_only_calls(seed):
 def _cued_switched_off_calls(seed):
     """The trap the statement warns about, in a public check: query 0's nearest key is switched off
     (salience 0) and every other key is hundreds of squared units further; query 1 is as near to two
-    keys of saliences 1 and 3 (weights 1/4 and 3/4); query 2 is far from every key."""
+    keys of saliences 1 and 3 (weights 1/4 and 3/4); query 2 is far from every key.
+
+    At any seed but the check's own (grading), the same case moved (:func:`moved`: axes permuted and
+    flipped, shifted by whole numbers, so the tie stays exact), the keys in another
+    order with their saliences, and the positive saliences redrawn (the tied pair's still unequal).
+    The queries keep their order: the hint names them."""
     keys = torch.tensor([[0.5, 0.0], [22.0, 0.0], [0.0, -23.0], [30.0, 30.0], [30.5, 30.0]])
     salience = torch.tensor([0.0, 1.0, 2.0, 1.0, 3.0])
     queries = torch.tensor([[0.0, 0.0], [30.25, 30.0], [100.0, 100.0]])
+    move = moved(seed, 7, 2, scales=(1.0,))  # not scaled: the gaps stay hundreds of squared units
+    if move is not None:
+        drawn = (torch.randperm(8, generator=move.g)[:4] + 1) / 2   # four unequal saliences in 0.5..4
+        salience = torch.cat([torch.zeros(1), drawn])
+        order = move.order(5)
+        queries, keys, salience = move(queries), move(keys)[order], salience[order]
     return [Call(args=(queries, keys, salience))]
 
 

@@ -10,7 +10,8 @@ the limit does not.)
 - Return the `(num_queries, num_keys)` tensor of the limit weights, of the dtype of `queries`:
   row $q$ puts equal weight on every key at the smallest squared Euclidean distance from query
   $q$, and exactly 0 on every other key. (The checks use coordinates that are small integers or
-  halves, so that equal distances are exactly equal in floating point.)
+  halves, or such numbers divided by a power of two, so that equal distances are exactly equal in
+  floating point.)
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
+from ._common import moved
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -36,24 +38,54 @@ def zero_temperature_weights(queries, keys):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
-def _no_tie_calls(seed):
+def _moved_calls(seed, public_seed, cases, scales=(1.0, 2.0), shift=6):
+    """``cases``, a list of ``(queries, keys)``, as they are at the check's own seed (the public case);
+    at any other seed (grading) each moved by one :func:`moved` of the points (exact: ties stay
+    ties, nearest stays nearest), its keys and its queries each in another order."""
+    move = moved(seed, public_seed, cases[0][0].shape[1], scales, shift)
+    calls = []
+    for queries, keys in cases:
+        if move is not None:
+            queries = move(queries)[move.order(queries.shape[0])]
+            keys = move(keys)[move.order(keys.shape[0])]
+        calls.append(Call(args=(queries, keys)))
+    return calls
+
+
+def _no_tie_case():
     keys = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 3.0], [4.0, 4.0]])
     queries = torch.tensor([[0.5, 0.0], [3.0, 3.5], [0.0, 2.0]])
-    return [Call(args=(queries, keys))]
+    return [(queries, keys)]
 
 
-def _tie_calls(seed):
+def _tie_case():
     keys = torch.tensor([[0.0, 0.0], [2.0, 0.0], [1.0, 5.0], [1.0, -1.0]])
     # query 0 is as near to keys 0 and 1 (distance^2 1.25); query 1 to keys 0, 1 and 3 (distance^2 1).
     queries = torch.tensor([[1.0, 0.5], [1.0, 0.0], [1.0, 4.5]])
     keys3 = torch.tensor([[0.0, 0.0], [2.0, 0.0], [1.0, 1.0], [1.0, -1.0], [5.0, 5.0]])
-    return [Call(args=(queries, keys)), Call(args=(torch.tensor([[1.0, 0.0], [5.0, 4.0]]), keys3))]
+    return [(queries, keys), (torch.tensor([[1.0, 0.0], [5.0, 4.0]]), keys3)]
+
+
+def _no_tie_calls(seed):
+    return _moved_calls(seed, 0, _no_tie_case())
+
+
+def _tie_calls(seed):
+    return _moved_calls(seed, 0, _tie_case())
 
 
 def _float64_calls(seed):
     keys = torch.tensor([[1.0], [3.0], [3.0], [-1.0]], dtype=torch.float64)
     queries = torch.tensor([[2.0], [3.0], [0.0], [10.0]], dtype=torch.float64)
-    return [Call(args=(queries, keys))]
+    return _moved_calls(seed, 0, [(queries, keys)])
+
+
+def _close_calls(seed):
+    """The first two cases shrunk by 2^8 (2^7 to 2^10 at grading, with no shift, so that the
+    coordinates stay exact and small): squared distances differ by a few millionths, far below any
+    fixed temperature an answer might try instead of the limit, and the ties are still exact."""
+    cases = [(queries * 2.0 ** -8, keys * 2.0 ** -8) for queries, keys in _no_tie_case() + _tie_case()[:1]]
+    return _moved_calls(seed, 0, cases, scales=(2.0, 1.0, 0.5, 0.25), shift=0)
 
 
 def _hidden_calls(seed):
@@ -94,6 +126,15 @@ def _zt_farthest(queries, keys):
     return (far / far.sum(dim=-1, keepdim=True)).to(queries.dtype)
 
 
+@mistakes.keep("softmax at a fixed small temperature",
+               "your weights are a softmax at one fixed small temperature, which is not yet the limit: here the "
+               "squared distances differ by less than a ten-thousandth, so at that temperature the weights still spread over "
+               "keys that are not the nearest. The limit does not depend on how far apart the points are.")
+def _zt_fixed_temperature(queries, keys):
+    distances = ((queries[:, None, :] - keys[None, :, :]) ** 2).sum(-1)
+    return torch.softmax(-distances / 1e-3, dim=-1)
+
+
 @mistakes.keep("nearest over the queries",
                "you took the smallest distance down each column (over the queries); each query (a row) looks for "
                "its own nearest keys.")
@@ -107,12 +148,16 @@ def _zt_wrong_axis(queries, keys):
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
-@alternatives.keep("softmax at a tiny temperature",
-                   "the definition itself: softmax of -distance^2 / tau at tau = 1e-3 in float64 (with integer "
-                   "and half coordinates, any other distance is at least 0.25 larger, e^-250 away)")
+@alternatives.keep("softmax at a temperature below every gap",
+                   "the definition itself, in float64: softmax of -distance^2 / tau, each row's tau a thousandth "
+                   "of its smallest positive gap between squared distances (every other key then sits e^-1000 "
+                   "away, exactly 0)")
 def _zt_alt_tiny_tau(queries, keys):
     distances = torch.cdist(queries.double(), keys.double()) ** 2
-    return torch.softmax(-(distances - distances.min(-1, keepdim=True).values) / 1e-3, dim=-1).to(queries.dtype)
+    gaps = distances - distances.min(-1, keepdim=True).values
+    smallest = torch.where(gaps > 0, gaps, torch.full_like(gaps, float("inf"))).min(-1, keepdim=True).values
+    tau = torch.where(torch.isinf(smallest), torch.ones_like(smallest), smallest / 1000)
+    return torch.softmax(-gaps / tau, dim=-1).to(queries.dtype)
 
 
 @alternatives.keep("loops", "plain loops over queries and keys, ties counted by hand")
@@ -131,7 +176,7 @@ def _zt_alt_loops(queries, keys):
 def _zt_alt_where(queries, keys):
     distances = torch.cdist(queries, keys).square()
     low = distances.amin(dim=1, keepdim=True)
-    hits = torch.where(torch.isclose(distances, low, rtol=0, atol=1e-6), 1.0, 0.0).to(queries.dtype)
+    hits = torch.where(torch.isclose(distances, low, rtol=1e-5, atol=0), 1.0, 0.0).to(queries.dtype)
     return hits / hits.sum(dim=1, keepdim=True)
 
 
@@ -147,6 +192,7 @@ register(Exercise(
         Check("3 queries, 4 keys, every query with one nearest key", _no_tie_calls, hint=_HINT),
         Check("queries equally near to two, three and four keys", _tie_calls, hint=_HINT),
         Check("1-D float64 points: a duplicated key and a query far from every key", _float64_calls, hint=_HINT),
+        Check("points a few thousandths apart: one nearest key, then ties", _close_calls, hint=_HINT),
         Check("random small-integer points with a duplicated key (hidden)", _hidden_calls, public=False,
               hint=_HINT),
     ],

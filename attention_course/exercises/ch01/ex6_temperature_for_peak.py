@@ -33,6 +33,7 @@ import torch
 from ...checks.checking import tensor_problem
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
+from ._common import moved
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -110,36 +111,47 @@ def _compare_peaks(got, want, calls):
     return None
 
 
+def _moved_calls(seed, queries, keys, targets):
+    """One call per target on ``queries`` and ``keys`` as they are at the check's own seed (the
+    public case, seed 0); at any other seed (grading) the points moved by :func:`moved` (exact: ties
+    stay ties, every squared distance times 1 or 4), keys and queries each in another order."""
+    move = moved(seed, 0, queries.shape[1])
+    if move is not None:
+        queries = move(queries)[move.order(queries.shape[0])]
+        keys = move(keys)[move.order(keys.shape[0])]
+    return [Call(args=(queries, keys, target)) for target in targets]
+
+
 def _line_calls(seed):
     keys = torch.tensor([[0.0], [2.0]])
     queries = torch.tensor([[0.5], [3.0], [-1.0]])
-    return [Call(args=(queries, keys, 0.75))]
+    return _moved_calls(seed, queries, keys, [0.75])
 
 
 def _station_calls(seed):
     keys = torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 3.0], [4.0, 3.0], [2.0, 1.0]])
     queries = torch.tensor([[4.0, 0.0], [2.0, 2.0], [0.5, 2.5]])
-    return [Call(args=(queries, keys, 0.5)), Call(args=(queries, keys, 0.9))]
+    return _moved_calls(seed, queries, keys, [0.5, 0.9])
 
 
 def _tie_calls(seed):
     keys = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0]])
     # query 0 is as near to keys 0 and 1, query 1 to all four, query 2 to key 2 alone.
     queries = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.5]])
-    return [Call(args=(queries, keys, 0.4)), Call(args=(queries, keys, 0.6))]
+    return _moved_calls(seed, queries, keys, [0.4, 0.6])
 
 
 def _far_calls(seed):
     # Keys 10 to 30 units apart, a target just above 1 / num_keys: temperatures in the thousands.
     keys = torch.tensor([[0.0, 0.0], [30.0, 0.0], [0.0, 20.0], [10.0, 10.0]])
     queries = torch.tensor([[1.0, 1.0], [25.0, 2.0], [9.5, 10.0]])
-    return [Call(args=(queries, keys, 0.3)), Call(args=(queries, keys, 0.9))]
+    return _moved_calls(seed, queries, keys, [0.3, 0.9])
 
 
 def _float64_calls(seed):
     keys = torch.tensor([[1.0], [3.0], [3.0], [-1.0], [6.0]], dtype=torch.float64)
     queries = torch.tensor([[2.5], [3.0], [-4.0]], dtype=torch.float64)
-    return [Call(args=(queries, keys, 0.45))]
+    return _moved_calls(seed, queries, keys, [0.45])
 
 
 def _hidden_calls(seed):

@@ -70,12 +70,28 @@ def knn_width_pooling(queries, keys, values, num_neighbors):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
-# A query q with keys 0, 1, 3, 6 and num_neighbors = 2: distances 2, 1, 1, 4, so h(2) = 1.
-_HAND = (torch.tensor([2.0, 0.0, 4.5]), torch.tensor([0.0, 1.0, 3.0, 6.0]), torch.tensor([0.0, 2.0, 4.0, 8.0]))
+# A query q with keys 0, 1, 3, 6, 10 and num_neighbors = 2: distances 2, 1, 1, 4, 8, so h(2) = 1. Five
+# keys, not four: with n = 2 * num_neighbors the num_neighbors-th largest distance (topk's default)
+# is the (num_neighbors + 1)-th smallest, and the two kept mistakes could not be told apart here.
+_HAND = (torch.tensor([2.0, 0.0, 4.5]), torch.tensor([0.0, 1.0, 3.0, 6.0, 10.0]),
+         torch.tensor([0.0, 2.0, 4.0, 8.0, 5.0]))
+
+
+def _reordered(seed, public_seed, queries, keys, values):
+    """The case as it is at the check's own seed (the public case); at any other seed (grading) the
+    keys in another order with their values, the queries in another order, and the values redrawn:
+    distinct halves between -4 and 4, so that keys at one place still carry different values. The
+    places of keys and queries, and so every width and every tie, stay as the check's name says."""
+    if seed == public_seed:
+        return queries, keys, values
+    g = gen(seed)
+    order = torch.randperm(keys.shape[0], generator=g)
+    drawn = (torch.randperm(17, generator=g)[:keys.shape[0]] - 8).to(values.dtype) / 2
+    return queries[torch.randperm(queries.shape[0], generator=g)], keys[order], drawn
 
 
 def _hand_calls(seed):
-    return [Call(args=(*_HAND, 2))]
+    return [Call(args=(*_reordered(seed, 0, *_HAND), 2))]
 
 
 def _chapter_data(seed):
@@ -103,7 +119,8 @@ _DUP_QUERIES = torch.tensor([1.0, 4.0, 3.0, 5.5, 0.5, 7.0])
 
 
 def _duplicate_calls(seed):
-    return [Call(args=(_DUP_QUERIES, _DUP_KEYS, _DUP_VALUES, k)) for k in (1, 2, 3, 4)]
+    queries, keys, values = _reordered(seed, 0, _DUP_QUERIES, _DUP_KEYS, _DUP_VALUES)
+    return [Call(args=(queries, keys, values, k)) for k in (1, 2, 3, 4)]
 
 
 def _every_key_calls(seed):
@@ -196,6 +213,17 @@ def _knn_one_too_far(queries, keys, values, num_neighbors):
     _validate_neighbors(keys, num_neighbors)
     distances = (queries.double()[:, None] - keys.double()[None, :]).abs()
     widths = distances.sort(dim=1).values[:, min(num_neighbors, distances.shape[1] - 1)]
+    return _pool_with_widths(distances, widths, values.double()).to(values.dtype)
+
+
+@mistakes.keep("num_neighbors-th largest distance",
+               "your width is the num_neighbors-th largest distance, counted from the farthest key (what topk "
+               "keeps unless it is told largest=False, and what a descending sort puts first); the contract's "
+               "width is the distance to the num_neighbors-th nearest key.")
+def _knn_largest(queries, keys, values, num_neighbors):
+    _validate_neighbors(keys, num_neighbors)
+    distances = (queries.double()[:, None] - keys.double()[None, :]).abs()
+    widths = distances.topk(num_neighbors, dim=1).values[:, -1]
     return _pool_with_widths(distances, widths, values.double()).to(values.dtype)
 
 
@@ -303,7 +331,7 @@ register(Exercise(
     label="ch02_ex6", title="Nadaraya–Watson with a width per query",
     name="knn_width_pooling", reference=knn_width_pooling, points=3, kind="function",
     checks=[
-        Check("three queries, keys 0, 1, 3, 6, num_neighbors = 2", _hand_calls, seed=0,
+        Check("three queries, keys 0, 1, 3, 6, 10, num_neighbors = 2", _hand_calls, seed=0,
               hint=_HINT + " Here the query at 2 has width 1 (keys 1 and 3 are both at distance 1)."),
         Check("the chapter's data, 15 queries, num_neighbors = 5 and 12", _chapter_calls, seed=0, hint=_HINT),
         Check("the same data scaled by 1024 and by 1/1024 and shifted: the same predictions", _scaled_calls,

@@ -190,6 +190,23 @@ def _ms_lengths_without_new_axis(scores, valid_lens):
     return torch.where(mask, weights, torch.zeros((), dtype=weights.dtype))
 
 
+@mistakes.keep("2-D lengths repeated as if 1-D",
+               "a 2-D valid_lens of shape (batch, num_queries) already holds one length per row of scores, "
+               "but it was repeated like a 1-D one (repeat_interleave by num_queries): batch * num_queries * "
+               "num_queries lengths for batch * num_queries rows, a shape error. Repeat the lengths of a "
+               "1-D valid_lens (batch,) only, and flatten a 2-D one as it is (reshape(-1)).")
+def _ms_two_d_repeated(scores, valid_lens):
+    if valid_lens is None:
+        return torch.softmax(scores, dim=-1)
+    _validate_lens(scores, valid_lens)
+    batch, num_queries, num_keys = scores.shape
+    lens = torch.repeat_interleave(valid_lens, num_queries)                     # right for 1-D only
+    rows = scores.reshape(-1, num_keys)
+    keep = torch.arange(num_keys)[None, :] < lens[:, None]
+    weights = torch.softmax(rows.masked_fill(~keep, float("-inf")), dim=-1)
+    return torch.where(keep, weights, torch.zeros((), dtype=weights.dtype)).reshape(scores.shape)
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 

@@ -8,13 +8,16 @@ Write `scaled_dot_product_attention(queries, keys, values, valid_lens=None)`.
 - Return the tuple `(output, weights)`: `weights` of shape `(batch, num_queries, num_keys)`
   are the masked softmax of the dot products of queries and keys divided by $\sqrt{d}$;
   `output` of shape `(batch, num_queries, d_v)` pools the values with these weights.
-- Use `attn.masked_softmax` for the masking (the package's finished version of Exercise 1),
-  so that this exercise does not depend on your answer to Exercise 1. Gradients must reach
-  `queries`, `keys` and `values`. You may assume the shapes fit.
+- Use `attn.masked_softmax` for the masking (the package's finished version of Exercise 1):
+  the checks and the grading of this exercise then run on the course's masked softmax, so a
+  mistake in your answer to Exercise 1 costs nothing here. (A release that withholds the
+  package's version runs your own `masked_softmax` when you call `attn.masked_softmax` in your
+  own cells.) Gradients must reach `queries`, `keys` and `values`. You may assume the shapes fit.
 """
 from __future__ import annotations
 
 import math
+import warnings
 
 from torch.nn import functional as F
 import torch
@@ -104,6 +107,34 @@ _sdpa_d2l_mask = mistakes.add("d2l's -1e6 masked softmax",
                               "fills with a finite -1e6, like d2l's); such a query must get zero weights and a zero "
                               "output, as attn.masked_softmax gives.",
                               _sdpa_with(lambda d, d_v: math.sqrt(d), softmax=_ms_finite_mask))
+
+
+_T_HINT = ("keys.T on a 3-D tensor reverses all three axes: keys of shape (batch, num_keys, d) became "
+           "(d, num_keys, batch), which cannot multiply queries of shape (batch, num_queries, d) (or pairs "
+           "the wrong axes when the sizes happen to agree). The product needs keys of shape (batch, d, "
+           "num_keys): swap only the last two axes, with keys.transpose(1, 2) or keys.mT.")
+
+
+def _reversed(keys):
+    """keys.T, without torch's deprecation warning (printed in a student's notebook whenever the
+    kept mistakes run on a failed check)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return keys.T
+
+
+@mistakes.keep("keys.T on 3-D keys", _T_HINT)
+def _sdpa_dot_T(queries, keys, values, valid_lens=None):
+    scores = queries @ _reversed(keys) / math.sqrt(queries.shape[-1])
+    weights = F_att.masked_softmax(scores, valid_lens)
+    return weights @ values, weights
+
+
+@mistakes.keep("keys.T on 3-D keys, in torch.bmm", _T_HINT)
+def _sdpa_bmm_T(queries, keys, values, valid_lens=None):
+    scores = torch.bmm(queries, _reversed(keys)) / math.sqrt(queries.shape[-1])
+    weights = F_att.masked_softmax(scores, valid_lens)
+    return torch.bmm(weights, values), weights
 
 
 @mistakes.keep("output and weights swapped",

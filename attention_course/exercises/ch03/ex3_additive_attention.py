@@ -10,8 +10,9 @@ Write a class `AdditiveAttention(nn.Module)`.
   `(batch, num_queries, query_size)`, keys `(batch, num_keys, key_size)`, values
   `(batch, num_keys, d_v)` and `valid_lens` as in Exercise 1. It scores every pair with
   $\mathbf{w}_v^\top\tanh(\mathbf{W}_q\mathbf{q}+\mathbf{W}_k\mathbf{k})$, masks with
-  `attn.masked_softmax` and returns the tuple `(output, weights)` with shapes
-  `(batch, num_queries, d_v)` and `(batch, num_queries, num_keys)`.
+  `attn.masked_softmax` (as in Exercise 2, so that the checks of this exercise run on the
+  course's masked softmax, whatever your answer to Exercise 1) and returns the tuple
+  `(output, weights)` with shapes `(batch, num_queries, d_v)` and `(batch, num_queries, num_keys)`.
 
 The checks load given values into your parameters, so the order in which you create the
 layers does not matter, but their names do.
@@ -94,6 +95,19 @@ class _AddNoTanh(F_att.AdditiveAttention):
 class _AddTanhEachSide(F_att.AdditiveAttention):
     def forward(self, queries, keys, values, valid_lens=None):
         features = torch.tanh(self.W_q(queries)).unsqueeze(2) + torch.tanh(self.W_k(keys)).unsqueeze(1)
+        weights = F_att.masked_softmax(self.w_v(features).squeeze(-1), valid_lens)
+        return weights @ values, weights
+
+
+@mistakes.keep("new axes of queries and keys swapped",
+               "your scores have shape (batch, num_keys, num_queries), the keys along the rows: the projected "
+               "queries got their new axis at position 1 and the projected keys at position 2, so their sum "
+               "has shape (batch, num_keys, num_queries, num_hiddens). The contract's features are (batch, "
+               "num_queries, num_keys, num_hiddens), one row per query: the queries take the new axis at "
+               "position 2 (unsqueeze(2)) and the keys at position 1 (unsqueeze(1)).")
+class _AddAxesSwapped(F_att.AdditiveAttention):
+    def forward(self, queries, keys, values, valid_lens=None):
+        features = torch.tanh(self.W_q(queries).unsqueeze(1) + self.W_k(keys).unsqueeze(2))
         weights = F_att.masked_softmax(self.w_v(features).squeeze(-1), valid_lens)
         return weights @ values, weights
 

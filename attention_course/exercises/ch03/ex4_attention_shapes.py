@@ -38,13 +38,41 @@ def attention_shapes(queries_shape, keys_shape, values_shape, num_hiddens):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
+# At the check's own seed each case is the one its name gives (what a release ships); at any other
+# seed (grading) its sizes are redrawn, all different from one another as in the public case (so a
+# swapped or misplaced size shows), keeping what the check is about.
+
+
+def _distinct_sizes(g, count, low, high):
+    """``count`` different ints in [low, high], drawn from ``g``."""
+    return [low + int(i) for i in torch.randperm(high - low + 1, generator=g)[:count]]
+
+
 def _shapes_example(seed):
-    return [Call(args=((2, 3, 4), (2, 5, 4), (2, 5, 6), 8))]
+    if seed == 0:
+        return [Call(args=((2, 3, 4), (2, 5, 4), (2, 5, 6), 8))]
+    # batch, num_queries, d (= d_k), num_keys, d_v, h: six different sizes, never the public six
+    g = gen(seed)
+    sizes = (2, 3, 4, 5, 6, 8)
+    while sizes == (2, 3, 4, 5, 6, 8):
+        sizes = tuple(_distinct_sizes(g, 6, 2, 13))
+    batch, num_queries, d, num_keys, d_v, h = sizes
+    return [Call(args=((batch, num_queries, d), (batch, num_keys, d), (batch, num_keys, d_v), h))]
 
 
 def _shapes_one_query(seed):
-    return [Call(args=((4, 1, 16), (4, 10, 16), (4, 10, 3), 5)),
-            Call(args=((1, 7, 2), (1, 3, 9), (1, 3, 4), 6))]
+    if seed == 1:
+        return [Call(args=((4, 1, 16), (4, 10, 16), (4, 10, 3), 5)),
+                Call(args=((1, 7, 2), (1, 3, 9), (1, 3, 4), 6))]
+    g = gen(seed)
+    # one query against many keys (more than any other size), d_q = d_k
+    batch, d, d_v, h = _distinct_sizes(g, 4, 2, 9)
+    num_keys = randint(g, 10, 20)
+    one_query = Call(args=((batch, 1, d), (batch, num_keys, d), (batch, num_keys, d_v), h))
+    # d_q and d_k different, batch 1 or more, every size different from the others
+    num_queries, num_keys, d_q, d_k, d_v, h = _distinct_sizes(g, 6, 2, 12)
+    batch = randint(g, 1, 3)
+    return [one_query, Call(args=((batch, num_queries, d_q), (batch, num_keys, d_k), (batch, num_keys, d_v), h))]
 
 
 def _shapes_random(seed):

@@ -37,9 +37,16 @@ def unit_variance_scale(query_var, key_var):
 
 def _unit_calls(seed):
     """All variances 1: the page's case, 1 / sqrt(d) for d = 1, 4, 16 and 64; then every query
-    entry of variance 4 and every key entry of variance 1."""
-    return [Call(args=(torch.ones(d), torch.ones(d))) for d in (1, 4, 16, 64)] + [
-        Call(args=(torch.full((9,), 4.0), torch.ones(9)))]
+    entry of variance 4 and every key entry of variance 1. At any other seed than the check's own
+    (grading), four other sizes from 1 to about 64 in another order, and another size for the last."""
+    sizes, last = (1, 4, 16, 64), 9
+    if seed != 0:
+        g = gen(seed)
+        sizes = [randint(g, 1, 3), randint(g, 5, 12), randint(g, 13, 40), randint(g, 41, 80)]
+        sizes = [sizes[i] for i in torch.randperm(4, generator=g)]
+        last = randint(g, 2, 20)
+    return [Call(args=(torch.ones(d), torch.ones(d))) for d in sizes] + [
+        Call(args=(torch.full((last,), 4.0), torch.ones(last)))]
 
 
 def _unequal_calls(seed):
@@ -58,7 +65,18 @@ def _batched_calls(seed):
 
 
 def _sampled_calls(seed):
-    return [Call(args=(torch.tensor([9.0, 0.25, 1.0, 4.0, 0.0]), torch.tensor([0.5, 4.0, 2.0, 1.0, 3.0])))]
+    """Unequal variances, one of them 0. At any other seed than the check's own (grading), the
+    coordinates in another order (both vectors alike) and each vector scaled by its own power of two
+    from 1/2 to 2 (not both by 1): the variance of q.k is then 11.5 times 1/4 to 4, never near 1 nor
+    near d = 5, so every kept mistake still shows in the sampled variance."""
+    query_var, key_var = torch.tensor([9.0, 0.25, 1.0, 4.0, 0.0]), torch.tensor([0.5, 4.0, 2.0, 1.0, 3.0])
+    if seed != 0:
+        g = gen(seed)
+        order = torch.randperm(5, generator=g)
+        powers = [(a, b) for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)]
+        a, b = powers[randint(g, 0, len(powers) - 1)]
+        query_var, key_var = query_var[order] * 2.0 ** a, key_var[order] * 2.0 ** b
+    return [Call(args=(query_var, key_var))]
 
 
 def _sampled_variance_is_one(got, want, calls):

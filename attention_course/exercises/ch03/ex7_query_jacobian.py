@@ -9,9 +9,9 @@ is $\mathbf{o} = \sum_i a_i \mathbf{v}_i$. Derive the Jacobian $\partial \mathbf
 a $d_v \times d$ matrix, with pen and paper, and write `query_jacobian(queries, keys, values)`,
 which evaluates your formula for every query at once. The derivation is the point of the
 exercise: compute the result from your formula, not with autograd (`backward`,
-`torch.autograd`, `torch.func`). The checks cannot see how you computed it; they compare your
-numbers with autograd's Jacobian in float64, so use autograd to test your formula, not to
-produce it.
+`torch.autograd`, `torch.func`). Neither the checks nor the grader can tell how you computed
+your numbers: they compare them with the course's Jacobian, so a Jacobian produced by autograd
+passes them without answering the exercise. Use autograd to test your formula, not to produce it.
 
 - `queries`: `(m, d)`, `keys`: `(n, d)` with `n >= 1`, `values`: `(n, d_v)`, float tensors of
   one dtype (`float32` or `float64`). Or all three with one leading batch axis of the same
@@ -74,8 +74,8 @@ def query_jacobian(queries, keys, values):
 
 
 def _autograd_jacobian(queries, keys, values):
-    """d output / d query by autograd, in float64, one query at a time: the truth the checks
-    compare with. Shipped with the public checks, so it shares no code with the reference."""
+    """d output / d query by autograd, in float64, one query at a time: the hidden check's second
+    opinion. It shares no code with the reference; no public check uses it, so no release ships it."""
     q, k, v = queries.double(), keys.double(), values.double()
     batched = q.dim() == 3
     if not batched:
@@ -91,10 +91,11 @@ def _autograd_jacobian(queries, keys, values):
     return result if batched else result[0]
 
 
-def _against_autograd(got, want, calls):
-    """The answer's Jacobian must be finite and agree with autograd's (float64) within
-    rtol 1e-4, atol 1e-5. An answer equal to ``want`` agrees with it: that is how an answer is
-    matched to a kept mistake."""
+def _jacobian_problem(got, want, calls, truth=None):
+    """What differs between the answer's Jacobians ``got`` and ``want`` (within rtol 1e-4,
+    atol 1e-5), call by call; None when they agree. ``truth(call)``, where given, is a second
+    opinion in float64 that an answer may agree with instead of ``want``. An answer equal to
+    ``want`` agrees with it: that is how an answer is matched to a kept mistake."""
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
         where = "the result" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: the result"
         problem = tensor_problem(g, w, where, raised="")
@@ -105,21 +106,49 @@ def _against_autograd(got, want, calls):
             continue
         if not bool(torch.isfinite(mine).all()):
             return f"{where} has NaN or inf entries (it must stay finite)"
-        truth = _autograd_jacobian(*call.args)
-        gap = (mine.double() - truth).abs()
-        over = gap > 1e-5 + 1e-4 * truth.abs()
+        expected = theirs.double() if truth is None else truth(call)
+        gap = (mine.double() - expected).abs()
+        over = gap > 1e-5 + 1e-4 * expected.abs()
         if bool(over.any()):
             index = tuple(int(x) for x in torch.nonzero(over)[0])
-            return (f"{where} differs from autograd's Jacobian (float64) by up to {gap.max().item():.3g}; "
-                    f"first at index {index}: {mine[index].item():.6g} instead of {truth[index].item():.6g}")
+            return (f"{where} differs from the expected Jacobian by up to {gap.max().item():.3g}; "
+                    f"first at index {index}: {mine[index].item():.6g} instead of {expected[index].item():.6g}")
     return None
 
 
+def _against_the_course(got, want, calls):
+    """The public checks' compare: the answer against the course's Jacobian ``want`` (in a
+    release, the outputs stored when it was made). Nothing is recomputed, so a release ships no
+    routine that gives the answer by another route."""
+    return _jacobian_problem(got, want, calls)
+
+
+def _against_autograd(got, want, calls):
+    """The hidden check's compare (never shipped): as :func:`_against_the_course`, and an answer
+    that agrees with autograd's Jacobian in float64 where the reference's float32 rounding does
+    not passes too."""
+    return _jacobian_problem(got, want, calls, truth=lambda call: _autograd_jacobian(*call.args))
+
+
+_SMALL_SEED = 0  # check 0's own seed: the case by hand, as it ships
+
+
 def _small_calls(seed):
-    """One query in 2-D, three keys, values of size 3: small enough to do by hand."""
+    """One query in 2-D, three keys, values of size 3: small enough to do by hand. At any other
+    seed than its own (grading), the same case turned: query and keys rotated (or reflected) in
+    their plane, which keeps every score, the keys taken in another order with their values, and
+    the values redrawn, so its outputs are not the ones a release ships."""
     queries = torch.tensor([[1.0, -0.5]])
     keys = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]])
     values = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0], [1.0, 1.0, 0.0]])
+    if seed != _SMALL_SEED:
+        g = gen(seed)
+        angle = float(torch.rand(1, generator=g)) * 2 * math.pi
+        flip = 1.0 if float(torch.rand(1, generator=g)) < 0.5 else -1.0
+        turn = torch.tensor([[math.cos(angle), -math.sin(angle)], [flip * math.sin(angle), flip * math.cos(angle)]])
+        order = torch.randperm(3, generator=g)
+        queries, keys = queries @ turn.T, (keys @ turn.T)[order]
+        values = torch.round(torch.randn(3, 3, generator=g) * 4) / 2    # halves, easy by hand
     return [Call(args=(queries, keys, values))]
 
 
@@ -208,15 +237,15 @@ def _jac_transposed(queries, keys, values):
 
 
 @mistakes.keep("no 1/sqrt(d) in front",
-               "your Jacobian is sqrt(d) times too large: the scores are k_i.q / sqrt(d), so by the chain rule "
-               "every derivative of a score with respect to the query carries the factor 1/sqrt(d).")
+               "your Jacobian is sqrt(d) times too large: the 1/sqrt(d) that scales the scores was left out "
+               "of their derivatives with respect to the query.")
 def _jac_unscaled(queries, keys, values):
     return query_jacobian(queries, keys, values) * math.sqrt(queries.shape[-1])
 
 
 @mistakes.keep("weights from unscaled scores",
                "the weights in your formula come from the softmax of q.k without the division by sqrt(d); "
-               "the factor 1/sqrt(d) belongs both inside the softmax and in front of the derivative.")
+               "the weights of this exercise are those of the scaled scores.")
 def _jac_unscaled_weights(queries, keys, values):
     _check_sizes(queries, keys, values)
     d = queries.shape[-1]
@@ -228,9 +257,9 @@ def _jac_unscaled_weights(queries, keys, values):
 
 
 @mistakes.keep("neither side centred",
-               "your Jacobian is the weighted sum of v_i k_i^T (over sqrt(d)), as if a_i moved with its own "
-               "score only; the softmax's denominator moves too, so d a_i / d q = a_i (k_i - kbar) / sqrt(d) "
-               "with kbar the weighted mean of the keys. One key, or all keys equal, must give 0.")
+               "your Jacobian behaves as if each weight a_i moved with its own score only: the softmax's "
+               "denominator depends on every score, and its derivative is missing from your formula. "
+               "One key, or all keys equal, must give 0.")
 def _jac_uncentred(queries, keys, values):
     _check_sizes(queries, keys, values)
     scale = 1.0 / math.sqrt(queries.shape[-1])
@@ -239,8 +268,9 @@ def _jac_uncentred(queries, keys, values):
 
 
 @mistakes.keep("only the diagonal of the softmax's derivative",
-               "your formula uses d a_i / d s_i = a_i (1 - a_i) and drops the cross terms d a_i / d s_l = "
-               "-a_i a_l: every score moves every weight, since the weights share one denominator.")
+               "your formula keeps only the derivative of each weight with respect to its own score and drops "
+               "how the other scores move it: the weights share one denominator, so every score moves "
+               "every weight.")
 def _jac_diagonal_only(queries, keys, values):
     _check_sizes(queries, keys, values)
     scale = 1.0 / math.sqrt(queries.shape[-1])
@@ -249,8 +279,9 @@ def _jac_diagonal_only(queries, keys, values):
 
 
 @mistakes.keep("keys centred by their plain mean",
-               "the keys were centred by their plain average; the centre that comes out of the softmax's "
-               "derivative is the weighted mean sum_i a_i k_i, which moves with the query.")
+               "the keys were centred by their plain average, which does not depend on the query; the "
+               "centring in the Jacobian comes out of the softmax's derivative, so work out that step "
+               "again to see which centre it produces.")
 def _jac_plain_mean(queries, keys, values):
     _check_sizes(queries, keys, values)
     scale = 1.0 / math.sqrt(queries.shape[-1])
@@ -345,26 +376,26 @@ def _jac_alt_numpy(queries, keys, values):
 
 # Registration -----------------------------------------------------------------------------
 
-_HINT = ("this check compares your Jacobian, one (d_v, d) block per query, with autograd's in float64; "
-         "the reason above gives the first entry that differs.")
+_HINT = ("this check compares your Jacobian, one (d_v, d) block per query, with the course's (within "
+         "rtol 1e-4, atol 1e-5); the reason above gives the first entry that differs.")
 
 register(Exercise(
     label="ch03_ex7", title="How attention pooling moves with its query",
     name="query_jacobian", reference=query_jacobian, points=3,
     checks=[
-        Check("one query in 2-D, three keys, values of size 3, against autograd", _small_calls,
-              compare=_against_autograd, hint=_HINT),
-        Check("4 queries, 6 keys, d = 5, d_v = 3, random, against autograd", _random_calls, seed=1,
-              compare=_against_autograd, hint=_HINT),
+        Check("one query in 2-D, three keys, values of size 3", _small_calls, seed=_SMALL_SEED,
+              compare=_against_the_course, hint=_HINT),
+        Check("4 queries, 6 keys, d = 5, d_v = 3, random", _random_calls, seed=1,
+              compare=_against_the_course, hint=_HINT),
         Check("a Jacobian of 0: one key; every key equal; every value equal", _zero_calls, seed=2,
-              compare=_against_autograd,
+              compare=_against_the_course,
               hint=_HINT + " Here the output cannot move: with one key, equal keys or equal values it "
                            "stays the same whatever the query."),
         Check("scores in the hundreds: a one-hot softmax, a finite Jacobian of 0 (float32)", _saturated_calls,
-              seed=3, compare=_against_autograd,
+              seed=3, compare=_against_the_course,
               hint=_HINT + " Here the scores differ by hundreds, so the weights are one-hot in float32."),
         Check("float64, with a leading batch axis and without", _batched_calls, seed=4,
-              compare=_against_autograd,
+              compare=_against_the_course,
               hint=_HINT + " Here the inputs are float64; the first call has a batch axis."),
         Check("random sizes and dtypes, large scores, a batch axis (hidden)", _hidden_calls, seed=5,
               public=False, compare=_against_autograd, hint=_HINT),
