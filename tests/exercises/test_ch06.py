@@ -239,11 +239,41 @@ def test_ch06_ex4_message_naming_the_wrong_argument_fails():
         if any(w.dim() != 3 for w in ws) or len({w.shape for w in ws}) > 1:
             raise ValueError(f"the weights do not match query_weights {tuple(query_weights.shape)}")
         return torch.cat([w.flatten(0, 1) for w in ws])
-    # The error check is hidden (issue 26, item 8): it fails there, and only there.
-    assert not failed_checks("ch06_ex4", names_query_only)
-    failures = failed_checks("ch06_ex4", names_query_only, hidden_seed=SEEDS[0])
-    assert len(failures) == 1 and "should name 'value_weights'" in failures[0].reason, [f.line() for f in failures]
-    assert failures[0].mistake is None
+    # The error check is public (issue 40, item 3) and graded at every hidden seed: it fails there, and only there.
+    for failures in (failed_checks("ch06_ex4", names_query_only),
+                     failed_checks("ch06_ex4", names_query_only, hidden_seed=SEEDS[0])):
+        assert len(failures) == 1 and "should name 'value_weights'" in failures[0].reason, \
+            [f.line() for f in failures]
+        assert failures[0].mistake is None
+
+
+def test_ch06_ex4_an_answer_without_validation_fails_a_public_check_with_its_hint():
+    """Issue 40, item 3: the only public check took no bad input, so an answer that stacks whatever it
+    gets passed every public check; the error check is public now, and such an answer fails it."""
+    def stacks_anything(query_weights, key_weights, value_weights):
+        return torch.cat([w.reshape(-1, w.shape[-1]) for w in (query_weights, key_weights, value_weights)])
+    assert_mistake("ch06_ex4", stacks_anything, "no shape check")
+    assert [r.check for r in failed_checks("ch06_ex4", stacks_anything)] == \
+        [c.name for c in get_exercise("ch06_ex4").public_checks if "raise" in c.name]
+    for seed in SEEDS:
+        assert failed_checks("ch06_ex4", stacks_anything, hidden_seed=seed)
+
+
+def test_ch06_ex4_result_built_in_float32_fails_the_float64_check_with_its_hint():
+    """The contract's 'same dtype as the arguments' is checked both ways: a float32 result for float64
+    weights fails, named as such."""
+    def into_float32(query_weights, key_weights, value_weights):
+        ws = (query_weights, key_weights, value_weights)
+        if any(w.dim() != 3 for w in ws) or len({w.shape for w in ws}) > 1:
+            raise ValueError("query_weights, key_weights, value_weights: shapes "
+                             + " / ".join(str(tuple(w.shape)) for w in ws))
+        rows = [row for w in ws for head in w for row in head]
+        out = torch.empty(len(rows), query_weights.shape[-1])
+        for i, row in enumerate(rows):
+            out[i] = row
+        return out
+    assert_mistake("ch06_ex4", into_float32, "result always float32", must_not=("row order",))
+    assert [r.check for r in failed_checks("ch06_ex4", into_float32)] == ["float64 weights, 4 heads of size 3 from d_in=5"]
 
 
 # ------------------------------------------------------------------ ch06_ex5: float64, a list; empty rows
@@ -324,6 +354,77 @@ def test_ch06_dtype_and_container_are_named(label, obj, mistake, must_not):
 def test_ch06_dtype_is_in_the_contracts_and_the_check_hints(label):
     main = get_exercise(label).checks[0]
     assert "dtype" in main.hint, (label, main.hint)
+
+
+# ------------------------------------------------------------------ ch06_ex6: Python ints; graded cases
+
+def _student_cost(convert=int):
+    def attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
+        head_dim = d_out // num_heads
+        linears = [(d_in, d_out, qkv_bias)] * 3 + [(d_out, d_out, True)]
+        parameters = sum(n_in * n_out + (n_out if bias else 0) for n_in, n_out, bias in linears)
+        weights = batch * num_heads * num_tokens * num_tokens
+        products = sum(batch * num_tokens * n_in * n_out for n_in, n_out, _ in linears) \
+            + num_heads * 2 * batch * num_tokens * num_tokens * head_dim
+        return {"parameters": convert(parameters), "weights_elements": convert(weights),
+                "multiply_adds": convert(products)}
+    return attention_layer_cost
+
+
+def test_ch06_ex6_python_and_numpy_ints_pass():
+    import numpy as np
+    passes_everywhere("ch06_ex6", _student_cost())
+    passes_everywhere("ch06_ex6", _student_cost(np.int64))     # recorded as an int
+
+
+def _true_division(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
+    head_dim = d_out / num_heads
+    parameters = 4 * d_in * d_out if d_in == d_out else 3 * d_in * d_out + d_out * d_out
+    parameters += d_out + (3 * d_out if qkv_bias else 0)
+    scores = num_heads * batch * num_tokens * head_dim * num_tokens
+    return {"parameters": parameters, "weights_elements": batch * num_heads * num_tokens ** 2,
+            "multiply_adds": batch * num_tokens * (3 * d_in * d_out + d_out * d_out) + 2 * scores}
+
+
+@pytest.mark.parametrize("obj,mistake,said", [
+    (_true_division, "a count computed as a float", "float"),
+    (_student_cost(torch.tensor), "counts left as tensors", "tensor"),
+], ids=["ch06_ex6-float", "ch06_ex6-tensor"])
+def test_ch06_ex6_a_float_or_a_tensor_count_fails_the_type_check_with_its_hint(obj, mistake, said):
+    """Issue 40, item 3: the contract asks for Python ints; a count of the right value as a float (a true
+    division) or a 0-d tensor passed every check. The value checks still accept it (one slip, one small
+    loss); the type check refuses it, says what it got and names the mistake."""
+    failures = failed_checks("ch06_ex6", obj)
+    assert [r.check for r in failures] == ["every count is a Python int, not a float or a tensor (two small layers)"]
+    assert said in failures[0].reason and "Python int" in failures[0].reason, failures[0].reason
+    assert failures[0].mistake == mistake and failures[0].hint == mistake_hint("ch06_ex6", mistake)
+    for seed in SEEDS:
+        assert [r.check for r in failed_checks("ch06_ex6", obj, hidden_seed=seed)] == [failures[0].check]
+
+
+def test_ch06_ex6_whole_floats_everywhere_get_the_checks_own_hint():
+    failures = failed_checks("ch06_ex6", _student_cost(float))
+    assert len(failures) == 1 and failures[0].mistake is None and "float" in failures[0].reason
+    assert "Python int" in failures[0].hint
+
+
+def test_ch06_ex6_graded_cases_keep_what_the_checks_promise():
+    """Issue 38, item 4: each public check gives the printed case at its own seed, other sizes of the
+    same kind at grading seeds; the large layer's attention weights stay no larger than the page's."""
+    from attention_course.checks.plan import hidden_seed
+    checks = get_exercise("ch06_ex6").checks
+    assert checks[0].make_calls(checks[0].seed)[0].args == (1, 1024, 768, 768, 12, True)
+    for seed in (11, 2026, 7, 5):
+        (big,) = checks[0].make_calls(hidden_seed(seed, 0))
+        batch, tokens, d_in, d_out, heads, bias = big.args
+        assert bias and d_in == d_out >= 384 and d_out % heads == 0 and 512 <= tokens <= 1024
+        assert batch * heads * tokens ** 2 <= 1 * 12 * 1024 ** 2
+        plain, biased = checks[1].make_calls(hidden_seed(seed, 1))
+        assert not plain.args[5] and plain.args[2] == plain.args[3] and biased.args[5]
+        assert biased.args[2] != biased.args[3]
+        one, several, single = checks[2].make_calls(hidden_seed(seed, 2))
+        assert one.args[:4] == several.args[:4] and one.args[2] != one.args[3]
+        assert one.args[4] == 1 < several.args[4] and single.args[1] == 1 and single.args[5]
 
 
 # ------------------------------------------------------------------ ch06_ex7: head_contributions

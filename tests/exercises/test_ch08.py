@@ -123,6 +123,30 @@ def test_ch08_ex1_right_padding_answers_fail_with_their_hint(padding, mistake):
     assert failed_hidden_somewhere("ch08_ex1", answer)
 
 
+def test_ch08_ex1_graded_cases_keep_what_the_checks_promise():
+    """Issue 38, item 4: the public checks give the printed case at their own seed, and at grading seeds
+    other cases of the same kind (a full, a padded and a one-token target; unpadded targets and a single
+    token; a length of 0 beside a full and a padded target; every kind of invalid tgt_lens)."""
+    from attention_course.checks.plan import hidden_seed
+    checks = get_exercise("ch08_ex1").checks
+    main, = checks[0].make_calls(checks[0].seed)
+    assert main.args[0].tolist() == [5, 3, 1] and main.args[1] == 5
+    for seed in (11, 2026, 7, 5):
+        (main,) = checks[0].make_calls(hidden_seed(seed, 0))
+        lens, n = main.args
+        assert sorted(lens.tolist()) == [1, sorted(lens.tolist())[1], n] and 1 < sorted(lens.tolist())[1] < n
+        unpadded, single = checks[1].make_calls(hidden_seed(seed, 1))
+        assert bool((unpadded.args[0] == unpadded.args[1]).all()) and single.args[1] == 1
+        assert single.args[0].tolist() == [1] * len(single.args[0])
+        (empty,) = checks[2].make_calls(hidden_seed(seed, 2))
+        lens, n = sorted(empty.args[0].tolist()), empty.args[1]
+        assert lens[0] == 0 and lens[2] == n and 0 < lens[1] < n
+        row, column, zero_d, too_large, negative = checks[3].make_calls(hidden_seed(seed, 3))
+        assert row.args[0].shape[0] == 1 and row.args[0].dim() == 2 and column.args[0].shape[1] == 1
+        assert zero_d.args[0].dim() == 0
+        assert int(too_large.args[0].max()) > too_large.args[1] and int(negative.args[0].min()) < 0
+
+
 def test_ch08_ex1_contract_asks_for_left_padding():
     cell = statement("ch08_ex1")
     assert "left_padded_self_mask(tgt_lens, num_tokens)" in cell and "**left**" in cell
@@ -369,6 +393,68 @@ def test_ch08_ex4_types_are_checked_apart_with_a_plain_reason(kind, change, said
     results = run_checks("ch08_ex4", answer, hidden=True, seed=11)
     lost = sum(r.max_points for r in results if not r.passed)
     assert 0 < lost <= 0.2 * get_exercise("ch08_ex4").points
+
+
+def _counted_shapes(out_proj=True, qkv_bias=False, norm_vectors=2, final_norms=True, output_bias=True,
+                    embeddings=("src", "tgt")):
+    """A student's answer whose parameter count is built sublayer by sublayer, with one thing changed."""
+    shapes = _student_shapes()
+
+    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab,
+                               tgt_vocab):
+        out = shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab)
+        linear = lambda n_in, n_out, bias=True: n_in * n_out + (n_out if bias else 0)
+        attn = 3 * linear(d_model, d_model, bias=qkv_bias) + (linear(d_model, d_model) if out_proj else 0)
+        ffn = linear(d_model, d_ff) + linear(d_ff, d_model)
+        norm = norm_vectors * d_model
+        tables = {"src": src_vocab * d_model, "tgt": tgt_vocab * d_model}
+        out["num_parameters"] = (sum(tables[t] for t in embeddings) + num_layers * (attn + ffn + 2 * norm)
+                                 + num_layers * (2 * attn + ffn + 3 * norm) + (2 * norm if final_norms else 0)
+                                 + linear(d_model, tgt_vocab, bias=output_bias))
+        return out
+    return encoder_decoder_shapes
+
+
+def test_ch08_ex4_the_count_built_sublayer_by_sublayer_passes():
+    passes_everywhere("ch08_ex4", _counted_shapes())
+
+
+@pytest.mark.parametrize("change,mistake", [
+    (dict(out_proj=False), "attention output projection not counted"),
+    (dict(qkv_bias=True), "biases counted on W_query, W_key and W_value"),
+    (dict(norm_vectors=1), "layer norms without their bias"),
+    (dict(final_norms=False), "final layer norms not counted"),
+    (dict(output_bias=False), "output layer's bias not counted"),
+    (dict(embeddings=("tgt",)), "one embedding table for both languages"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_ch08_ex4_a_wrong_parameter_count_gets_the_hint_of_its_mistake(change, mistake):
+    """Issue 40, item 4: the likely wrong counts are kept mistakes, each named by its hint, and the
+    hint names what was left out (or added), not the count."""
+    answer = _counted_shapes(**change)
+    public = failed_checks("ch08_ex4", answer)
+    assert public, f"{mistake!r} passes every public check"
+    for r in public:
+        assert r.mistake == mistake and r.hint == mistake_hint("ch08_ex4", mistake), r.line()
+        assert "num_parameters" in r.reason
+    hint = mistake_hint("ch08_ex4", mistake)
+    assert "*" not in hint and " + " not in hint, hint        # a kind of parameter, not a formula
+    assert failed_hidden_somewhere("ch08_ex4", answer)
+
+
+def test_ch08_ex4_graded_cases_keep_what_the_checks_promise():
+    """Issue 38, item 4: at grading seeds the public checks draw other sizes of the same kind."""
+    from attention_course.checks.plan import hidden_seed
+    checks = get_exercise("ch08_ex4").checks
+    for seed in (11, 2026, 7, 5):
+        (main,) = checks[0].make_calls(hidden_seed(seed, 0))
+        batch, src_len, tgt_len, d_model, heads, d_ff, layers, src_vocab, tgt_vocab = main.args
+        assert tgt_len < src_len and heads > 1 and layers > 1 and src_vocab != tgt_vocab
+        assert d_model % (2 * heads) == 0 and tgt_len != heads
+        longer, single = checks[2].make_calls(hidden_seed(seed, 2))
+        assert longer.args[2] > longer.args[1] and longer.args[4] == 4 and longer.args[6] == 1
+        assert single.args[1:3] == (1, 1) and single.args[4] == 1 and single.args[6] == 3
+        (bad,) = checks[3].make_calls(hidden_seed(seed, 3))
+        assert bad.args[3] % 2 == 0 and bad.args[3] % bad.args[4] != 0
 
 
 # ------------------------------------------------------------------ ch08_ex5

@@ -19,3 +19,9 @@ def _mention_sizes():
             d_out, num_heads = call.args[0].shape[-1], call.args[1]
         return ["d_out", "num_heads", str(d_out), str(num_heads)]
     return words
+
+
+# The seed of every public check (Check.seed's default): at it, a check's make_calls gives the case
+# the page prints and a release stores; at grading, any other seed gives a case of the same kind
+# drawn from it (issue 38, item 4), so that the stored outcomes look nothing up.
+_PUBLIC_SEED = 0

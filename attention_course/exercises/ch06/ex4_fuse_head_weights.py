@@ -19,6 +19,7 @@ import torch
 from ...checks.checking import compare_outcome, mentions
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
+from ._common import _PUBLIC_SEED
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -47,12 +48,28 @@ def _fuse_main_calls(seed):
     return [Call(args=tuple(torch.randn(3, 2, 4, generator=g) for _ in range(3)))]
 
 
-def _fuse_bad_calls(seed):
+def _fuse_float64_calls(seed):
+    """float64 weights (the result keeps their dtype): 4 heads of 3 from d_in=5 at the public seed,
+    2 to 5 heads of 1 to 4 from d_in 2 to 6 at any other."""
     g = gen(seed)
-    q, k = torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 4, generator=g)
-    return [Call(args=(q, k, torch.randn(2, 3, 5, generator=g))),
-            Call(args=(q, torch.randn(3, 3, 4, generator=g), torch.randn(2, 3, 4, generator=g))),
-            Call(args=(q.reshape(6, 4), k.reshape(6, 4), k.reshape(6, 4)))]
+    shape = (4, 3, 5) if seed == _PUBLIC_SEED else (randint(g, 2, 5), randint(g, 1, 4), randint(g, 2, 6))
+    return [Call(args=tuple(torch.randn(*shape, generator=g, dtype=torch.float64) for _ in range(3)))]
+
+
+def _fuse_bad_calls(seed):
+    """A value_weights of another d_in, a key_weights with one head more, three 2-D weights: 2 heads of
+    3 from d_in=4 at the public seed, other sizes (and values) at any other."""
+    g = gen(seed)
+    if seed == _PUBLIC_SEED:
+        heads, head_dim, d_in, other_d_in = 2, 3, 4, 5
+    else:
+        heads, head_dim, d_in = randint(g, 1, 4), randint(g, 1, 4), randint(g, 2, 6)
+        other_d_in = d_in + randint(g, 1, 2)
+    q, k = torch.randn(heads, head_dim, d_in, generator=g), torch.randn(heads, head_dim, d_in, generator=g)
+    return [Call(args=(q, k, torch.randn(heads, head_dim, other_d_in, generator=g))),
+            Call(args=(q, torch.randn(heads + 1, head_dim, d_in, generator=g),
+                       torch.randn(heads, head_dim, d_in, generator=g))),
+            Call(args=(q.reshape(-1, d_in), k.reshape(-1, d_in), k.reshape(-1, d_in)))]
 
 
 def _fuse_hidden_calls(seed):
@@ -144,6 +161,23 @@ mistakes.add("result in float64",
              _fuse_checked(lambda q, k, v: torch.cat([w.double().reshape(-1, w.shape[-1]) for w in (q, k, v)])))
 
 
+
+@mistakes.keep("result always float32",
+               "your rows are in the right order but the result is float32 for float64 weights: it must have "
+               "the dtype of the arguments, whatever it is (a new tensor is float32 unless it is told "
+               "otherwise).")
+def _fuse_into_float32(query_weights, key_weights, value_weights):
+    ws = (query_weights, key_weights, value_weights)
+    if any(w.dim() != 3 for w in ws) or len({tuple(w.shape) for w in ws}) != 1:
+        raise ValueError("query_weights, key_weights and value_weights must have one 3-D shape, got "
+                         + ", ".join(str(tuple(w.shape)) for w in ws))
+    num_heads, head_dim, d_in = query_weights.shape
+    d_out = num_heads * head_dim
+    fused = torch.zeros(3 * d_out, d_in)                   # float32, whatever the weights' dtype
+    for block, w in enumerate(ws):
+        fused[block * d_out:(block + 1) * d_out] = w.reshape(d_out, d_in)
+    return fused
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
@@ -188,8 +222,9 @@ register(Exercise(
     reference=fuse_head_weights, points=1,
     checks=[
         Check("3 heads of size 2 from d_in=4", _fuse_main_calls, hint=_FUSE_HINT),
-        Check("mismatched or non-3-D shapes raise ValueError naming a faulty argument (hidden)", _fuse_bad_calls,
-              public=False, compare=_compare_fuse_errors, weight=0.4,
+        Check("float64 weights, 4 heads of size 3 from d_in=5", _fuse_float64_calls, hint=_FUSE_HINT),
+        Check("mismatched or non-3-D shapes raise ValueError naming a faulty argument", _fuse_bad_calls,
+              compare=_compare_fuse_errors, weight=0.4,
               hint="this check passes a value_weights of another shape, a key_weights of another shape, and "
                    "three 2-D weights: each must raise ValueError before stacking, and the message must name "
                    "an argument that is not 3-D, or the one whose shape differs from the other two (naming "

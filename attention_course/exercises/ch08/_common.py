@@ -6,6 +6,8 @@ import math
 from torch import nn
 import torch
 
+from .._kit import gen
+
 
 def _lens(g, batch, num_tokens, low=1):
     """Lengths in [low, num_tokens], the first one full."""
@@ -52,3 +54,32 @@ class _Attention(nn.Module):
 
     def forward(self, queries_in, keys_in, hidden):
         return self.attend(queries_in, keys_in, hidden)[0]
+
+
+# The seed of every public check (Check.seed's default): at it, a check's make_calls gives the case
+# the page prints and a release stores; at grading, any other seed gives a case of the same kind
+# drawn from it (issue 38, item 4), so that the stored outcomes look nothing up.
+_PUBLIC_SEED = 0
+
+
+def _same_args(first, second):
+    """Whether two lists of calls pass the same positional arguments (tensors compared by value)."""
+    def same(a, b):
+        if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+            return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                    and torch.equal(a, b))
+        return type(a) is type(b) and a == b
+    return len(first) == len(second) and all(
+        len(x.args) == len(y.args) and all(same(a, b) for a, b in zip(x.args, y.args)) for x, y in zip(first, second))
+
+
+def _public_or_drawn(seed, public, draw):
+    """The calls ``public()`` at the public seed; at any other seed ``draw(g)`` from the seed's own
+    generator, drawn again while it gives the public calls."""
+    if seed == _PUBLIC_SEED:
+        return public()
+    g = gen(seed)
+    while True:
+        calls = draw(g)
+        if not _same_args(calls, public()):
+            return calls

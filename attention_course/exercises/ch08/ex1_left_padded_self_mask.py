@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from ... import transformer as tf
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint, shape_of
+from ._common import _public_or_drawn
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -49,23 +50,58 @@ def left_padded_self_mask(tgt_lens, num_tokens):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
+def _shuffled(g, lens):
+    """The lengths ``lens`` in an order drawn from ``g``, as a tensor."""
+    lens = torch.tensor(lens)
+    return lens[torch.randperm(len(lens), generator=g)]
+
+
 def _mask_main_calls(seed):
-    return [Call(args=(torch.tensor([5, 3, 1]), 5))]
+    """Three targets: a full one, a padded one and one of a single token (5, 3 and 1 of 5 tokens at the
+    public seed; 4 to 9 tokens, in any order, at any other)."""
+    def draw(g):
+        n = randint(g, 4, 9)
+        return [Call(args=(_shuffled(g, [n, randint(g, 2, n - 1), 1]), n))]
+    return _public_or_drawn(seed, lambda: [Call(args=(torch.tensor([5, 3, 1]), 5))], draw)
 
 
 def _mask_unpadded_calls(seed):
-    return [Call(args=(torch.tensor([4, 4]), 4)), Call(args=(torch.tensor([1]), 1))]
+    """Unpadded targets (every length num_tokens: the plain causal mask), then one of a single token."""
+    def draw(g):
+        n = randint(g, 2, 9)
+        return [Call(args=(torch.full((randint(g, 1, 4),), n), n)),
+                Call(args=(torch.ones(randint(g, 1, 3), dtype=torch.long), 1))]
+    return _public_or_drawn(seed, lambda: [Call(args=(torch.tensor([4, 4]), 4)), Call(args=(torch.tensor([1]), 1))],
+                            draw)
 
 
 def _mask_empty_calls(seed):
-    return [Call(args=(torch.tensor([0, 3, 1]), 3))]
+    """A target of length 0 (all padding) beside a full one and a padded one (lengths 0, 3 and 1 of
+    3 tokens at the public seed; 2 to 7 tokens, in any order, at any other)."""
+    def draw(g):
+        n = randint(g, 2, 7)
+        return [Call(args=(_shuffled(g, [0, n, randint(g, 1, n - 1)]), n))]
+    return _public_or_drawn(seed, lambda: [Call(args=(torch.tensor([0, 3, 1]), 3))], draw)
 
 
-def _mask_bad_calls(seed):
+def _mask_bad_public():
     # Not 1-D: a row (1, 2), a column (2, 1) and a 0-d tensor; out of range: above num_tokens, negative.
     return [Call(args=(torch.tensor([[3, 2]]), 3)), Call(args=(torch.tensor([[2], [3]]), 3)),
             Call(args=(torch.tensor(3), 3)), Call(args=(torch.tensor([2, 5]), 4)),
             Call(args=(torch.tensor([2, -1]), 4))]
+
+
+def _mask_bad_calls(seed):
+    """A row (1, k), a column (k, 1), a 0-d tensor; a length above num_tokens, a negative one."""
+    def draw(g):
+        n, m = randint(g, 2, 8), randint(g, 2, 8)
+
+        def lens(*shape):
+            return torch.randint(0, n + 1, shape, generator=g)
+        return [Call(args=(lens(1, randint(g, 2, 4)), n)), Call(args=(lens(randint(g, 2, 4), 1), n)),
+                Call(args=(lens(), n)), Call(args=(_shuffled(g, [randint(g, 0, m), m + randint(g, 1, 3)]), m)),
+                Call(args=(_shuffled(g, [randint(g, 0, m), -randint(g, 1, 3)]), m))]
+    return _public_or_drawn(seed, _mask_bad_public, draw)
 
 
 def _mask_hidden_calls(seed):
@@ -106,10 +142,10 @@ _MASK_HINT = ("entry [b, i, j] is True when key j lies in the future of query i 
               "index j only. A length of 0 is allowed (the block of that sequence is True everywhere).")
 
 
-_MASK_EMPTY_HINT = ("this call has a sequence of length 0 (all padding) beside sequences of lengths 3 and 1, "
-                    "3 tokens each: a length of 0 is allowed, the call returns a mask, and the block of "
-                    "the all-padding sequence is True everywhere (all its keys are padding); the other "
-                    "two blocks follow the same rule as in the checks above.")
+_MASK_EMPTY_HINT = ("this call has a sequence of length 0 (all padding) beside a full sequence and a padded one: "
+                    "a length of 0 is allowed, the call returns a mask, and the block of the all-padding "
+                    "sequence is True everywhere (all its keys are padding); the other two blocks follow the "
+                    "same rule as in the checks above.")
 
 
 _MASK_ERROR_HINT = ("these calls pass a tgt_lens that is not 1-D (a row, a (batch, 1) column, a 0-d tensor) "

@@ -36,6 +36,7 @@ import torch
 from ... import transformer as tf
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
+from ._common import _public_or_drawn
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -77,15 +78,48 @@ def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, nu
 
 
 def _shapes_main_calls(seed):
-    return [Call(args=(2, 7, 5, 8, 2, 16, 2, 20, 12))]
+    """A target shorter than its source, several heads and layers, two vocabularies (the sizes printed
+    in the check's name at the public seed; others of the same kind at any other)."""
+    def draw(g):
+        src_len = randint(g, 3, 9)
+        tgt_len = randint(g, 2, src_len - 1)
+        heads = randint(g, 2, 4)
+        if heads == tgt_len:            # heads before or after the queries: two different shapes
+            heads = 2 + (heads - 1) % 3
+        src_vocab, tgt_vocab = randint(g, 8, 40), randint(g, 8, 39)
+        tgt_vocab += tgt_vocab >= src_vocab
+        return [Call(args=(randint(g, 1, 4), src_len, tgt_len, 2 * heads * randint(g, 1, 3), heads,
+                           randint(g, 3, 24), randint(g, 2, 3), src_vocab, tgt_vocab))]
+    return _public_or_drawn(seed, lambda: [Call(args=(2, 7, 5, 8, 2, 16, 2, 20, 12))], draw)
 
 
 def _shapes_other_calls(seed):
-    return [Call(args=(3, 4, 9, 12, 4, 24, 1, 30, 15)), Call(args=(1, 1, 1, 6, 1, 5, 3, 7, 7))]
+    """A target longer than its source with 4 heads and 1 layer; a one-token source and target with one
+    head and 3 layers, one vocabulary size for both."""
+    def draw(g):
+        src_len = randint(g, 2, 6)
+        vocab = randint(g, 5, 30)
+        return [Call(args=(randint(g, 1, 4), src_len, src_len + randint(g, 1, 5), 4 * 2 * randint(g, 1, 2), 4,
+                           randint(g, 3, 30), 1, randint(g, 10, 40), randint(g, 5, 30))),
+                Call(args=(randint(g, 1, 3), 1, 1, 2 * randint(g, 1, 5), 1, randint(g, 3, 12), 3, vocab, vocab))]
+    return _public_or_drawn(seed, lambda: [Call(args=(3, 4, 9, 12, 4, 24, 1, 30, 15)),
+                                           Call(args=(1, 1, 1, 6, 1, 5, 3, 7, 7))], draw)
 
 
 def _shapes_bad_calls(seed):
-    return [Call(args=(2, 7, 5, 10, 4, 16, 2, 20, 12))]
+    """A d_model (even) that num_heads does not divide: 10 with 4 heads at the public seed."""
+    def draw(g):
+        heads, d_model = randint(g, 3, 6), 0
+        while d_model % heads == 0:
+            d_model = 2 * randint(g, 2, 12)
+        return [Call(args=(randint(g, 1, 4), randint(g, 2, 9), randint(g, 2, 9), d_model, heads, randint(g, 3, 24),
+                           randint(g, 1, 3), randint(g, 5, 40), randint(g, 5, 40)))]
+    return _public_or_drawn(seed, lambda: [Call(args=(2, 7, 5, 10, 4, 16, 2, 20, 12))], draw)
+
+
+def _mention_sizes(call):
+    """The error message names d_model and num_heads and gives their values."""
+    return ["d_model", "num_heads", str(call.args[3]), str(call.args[4])]
 
 
 def _shapes_hidden_calls(seed):
@@ -175,10 +209,10 @@ _SHAPES_HINT = ("every shape and num_parameters are compared with those of tf.Tr
                 "(two per encoder block, three per decoder block, one after each stack) included.")
 
 
-_SHAPES_TYPE_HINT = ("this check reads the first check's call again and asks for its values first (the reason "
-                     "above says which one differs, if any); once they are right, num_parameters must be a "
-                     "Python int (not a float or a tensor), and every shape a tuple of Python ints (a "
-                     "torch.Size is one; a list, floats or tensors are not).")
+_SHAPES_TYPE_HINT = ("this check reads a call of the first check's kind (in the notebook, that very call) and asks "
+                     "for its values first (the reason above says which one differs, if any); once they are "
+                     "right, num_parameters must be a Python int (not a float or a tensor), and every shape a "
+                     "tuple of Python ints (a torch.Size is one; a list, floats or tensors are not).")
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
@@ -240,6 +274,54 @@ mistakes.add("one cross-attention too few",
              _shapes_variant(num_parameters=lambda s, v: v - s["num_layers"] * (4 * s["d_model"] ** 2
                                                                                 + s["d_model"])))
 
+
+
+# Parameter counts that leave out (or add) one kind of parameter; each hint names the kind, not the
+# count (the count is the exercise). s: the sizes by name, v: the right count.
+def _attention_layers(s):
+    """The number of attention layers in the model: one per encoder block, two per decoder block."""
+    return 3 * s["num_layers"]
+
+
+def _layer_norms(s):
+    """The number of layer norms: two per encoder block, three per decoder block, one after each stack."""
+    return 5 * s["num_layers"] + 2
+
+
+mistakes.add("attention output projection not counted",
+             "your count leaves out each attention layer's output projection out_proj (its weight and its "
+             "bias): an attention layer has it besides W_query, W_key and W_value.",
+             _shapes_variant(num_parameters=lambda s, v: v - _attention_layers(s) * (s["d_model"] ** 2
+                                                                                     + s["d_model"])))
+
+
+mistakes.add("biases counted on W_query, W_key and W_value",
+             "this chapter's attention layers have no bias on W_query, W_key and W_value (built with "
+             "bias=False); of the four projections only out_proj has one.",
+             _shapes_variant(num_parameters=lambda s, v: v + _attention_layers(s) * 3 * s["d_model"]))
+
+
+mistakes.add("layer norms without their bias",
+             "your count gives each layer norm one vector of d_model parameters; nn.LayerNorm learns two, a "
+             "weight (the scale) and a bias (the shift).",
+             _shapes_variant(num_parameters=lambda s, v: v - _layer_norms(s) * s["d_model"]))
+
+
+mistakes.add("final layer norms not counted",
+             "your count leaves out the layer norm that ends each stack (pre-LN: one after the encoder's last "
+             "block, one after the decoder's), besides the norms inside the blocks.",
+             _shapes_variant(num_parameters=lambda s, v: v - 4 * s["d_model"]))
+
+
+mistakes.add("output layer's bias not counted",
+             "the output layer nn.Linear(d_model, tgt_vocab) has a bias too, one entry per target token.",
+             _shapes_variant(num_parameters=lambda s, v: v - s["tgt_vocab"]))
+
+
+mistakes.add("one embedding table for both languages",
+             "your count has one embedding table; tf.Transformer has two, one for the source vocabulary "
+             "(src_vocab tokens) and one for the target's (tgt_vocab tokens), not shared.",
+             _shapes_variant(num_parameters=lambda s, v: v - s["d_model"] * s["src_vocab"]))
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
@@ -384,7 +466,7 @@ register(Exercise(
         Check("target longer than source, 4 heads, 1 layer; a one-token source and target, 3 layers",
               _shapes_other_calls, hint=_SHAPES_HINT, compare=_compare_shape_values),
         Check("d_model=10 with num_heads=4 raises ValueError naming both", _shapes_bad_calls,
-              must_mention=["d_model", "num_heads", "10", "4"],
+              must_mention=_mention_sizes,
               hint="check d_model % num_heads first; name d_model and num_heads with their values.", weight=0.5),
         Check("random sizes (hidden)", _shapes_hidden_calls, public=False, hint=_SHAPES_HINT,
               compare=_compare_shape_values),
