@@ -118,6 +118,10 @@ def _grade(args) -> int:
     """Grade a folder of submissions (class) or one notebook (self-study)."""
     if _not_released("grade", args.chapter):
         return 2
+    refused = _lms_matches_nobody(Path(args.target), args.canvas_roster, args.moodle_worksheet)
+    if refused:
+        print(f"attention-course grade: {refused}", file=sys.stderr)
+        return 2
     from .grading.classrun import GradeOptions, NotebookGraded, Refused, ShardGraded, grade
     options = GradeOptions(seed=args.seed, jobs=args.jobs, time_limit=args.time_limit, memory_mb=args.memory_limit,
                            extra_checks=Path(args.extra_checks) if args.extra_checks else None,
@@ -140,6 +144,31 @@ def _grade(args) -> int:
         print(f"wrote {done.path}; when every shard is done: attention-course merge OUT {done.out}")
         return 0
     return _print_class(args.command, done)
+
+
+def _lms_matches_nobody(target: Path, canvas_roster, moodle_worksheet) -> str:
+    """Before a class is graded: why the Canvas roster or the Moodle worksheet matches none of the
+    submissions in ``target`` (another class's or another LMS's file), else "" (also when the file cannot
+    be read: ``grade`` says so itself)."""
+    if not (canvas_roster or moodle_worksheet) or not target.is_dir():
+        return ""
+    from .grading.lms import RosterError, refuse_unmatched_roster
+    from .grading.moodle import WorksheetError, refuse_unmatched_worksheet
+    from .grading.submissions import discover
+    from .notebook import printable
+    try:
+        students = [s.student for s in discover(target)[0]]
+    except (OSError, ValueError):
+        return ""
+    try:
+        if canvas_roster:
+            refuse_unmatched_roster(students, Path(canvas_roster))
+        if moodle_worksheet:
+            refuse_unmatched_worksheet(students, Path(moodle_worksheet))
+    except (RosterError, WorksheetError) as error:
+        if str(error).startswith("no submission matches"):
+            return printable(str(error))
+    return ""
 
 
 def _print_class(command: str, done) -> int:
@@ -176,7 +205,8 @@ def _print_lms(files) -> None:
 
     def left_out(what: str, names: list, why: str) -> None:
         if names:
-            print(printable(f"{what}: {len(names)} {why}: {', '.join(names)}"), file=sys.stderr)
+            # "; " between names: a roster's names hold commas ("Turing, Alan; Knuth, Donald")
+            print(printable(f"{what}: {len(names)} {why}: {'; '.join(names)}"), file=sys.stderr)
 
     if files.canvas is not None:
         canvas, name = files.canvas, files.canvas_name
@@ -508,10 +538,27 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from .course_config import CourseConfigError
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a reader that stopped early (`| head`) is found here, not at exit
+        return status
     except CourseConfigError as error:  # course.yml, read by any command: one line, never a traceback
         print(f"attention-course {args.command}: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _stdout_closed() -> int:
+    """The reader of our output has gone (`attention-course list | head -2`): end quietly, as a
+    command killed by SIGPIPE does (status 141), with no traceback and no second error when Python
+    flushes stdout at exit (Python's documented recipe: point stdout at /dev/null)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,8 +13,10 @@ It sets, without any edit to the package:
 
 Everything reads it through the registry: ``release`` (the exercise index), the sites, ``grade``,
 the Gradescope zip (which carries the file) and ``release-students`` (which bakes the points into
-the student build). The file sits in the course folder, beside ``_config.yml``; the environment
-variable ``ATTENTION_COURSE_CONFIG`` names another one. A wrong key, label, check name or number,
+the student build). The file sits in the course folder, beside ``_config.yml``; which one a command
+reads is :func:`default_path`'s rule: ``$ATTENTION_COURSE_CONFIG``, else ``./course.yml`` in a course
+folder, else the one of the repository the package is installed from (a command's ``--root`` does not
+change it). A wrong key, label, check name or number,
 or broken YAML, is a :class:`CourseConfigError` of one line, ``FILE:LINE: key: what is wrong``, which
 every command of :mod:`attention_course.tools.cli` prints as it is (exit status 2), never a traceback.
 """
@@ -52,9 +54,20 @@ class CourseConfig:
 
 
 def default_path() -> Path:
+    """The ``course.yml`` every command reads, the first of: the file the environment variable
+    ``ATTENTION_COURSE_CONFIG`` names; ``./course.yml`` when the current folder is a course folder (it
+    holds ``_config.yml``) and has one; the ``course.yml`` of the course folder the package is
+    installed from (an editable install's repository; a Gradescope zip's own). An absent file is no
+    error: everything released, the package's points and weights."""
     env = os.environ.get(CONFIG_ENV)
     if env:
         return Path(env)
+    try:
+        here = Path.cwd()
+    except OSError:  # the current folder was removed
+        here = None
+    if here is not None and (here / "_config.yml").is_file() and (here / CONFIG_NAME).is_file():
+        return (here / CONFIG_NAME).resolve()
     return Path(__file__).resolve().parents[2] / CONFIG_NAME
 
 

@@ -134,6 +134,23 @@ def match_roster(students: list, rows: list, path: Path) -> tuple:
     return matched, unmatched, absent
 
 
+def refuse_unmatched_roster(students: list, roster_path: Path) -> None:
+    """Before a class is graded: raise :class:`RosterError` when the roster matches none of the
+    submissions ``students`` (their names), as when it is another course's or another LMS's file."""
+    rows = read_roster(roster_path)
+    if not students:
+        return
+    try:
+        matched, _, _ = match_roster(list(students), rows, Path(roster_path))
+    except RosterError:
+        return  # two rows or submissions that clash: reported with the class files, the others written
+    if not matched:
+        shown = ", ".join(list(students)[:3]) + (", ..." if len(students) > 3 else "")
+        raise RosterError(f"no submission matches a student of the Canvas roster {roster_path} (submissions: "
+                          f"{shown}; its rows match by Submission, SIS Login ID, SIS User ID or ID, or by the "
+                          f"user id of Canvas's download name); nothing graded: is it this class's roster?")
+
+
 def write_canvas_csv(results: list, roster_path: Path, path: Path, assignment: str) -> dict:
     """Canvas's import CSV: one row per roster student with a submission, the chapter's total in
     the ``assignment`` column; returns who matched no roster row and who on the roster has no

@@ -148,6 +148,19 @@ def match_worksheet(students: list, rows: list) -> tuple:
     return matched, no_row, absent, clashes, aside
 
 
+def refuse_unmatched_worksheet(students: list, worksheet: Path) -> None:
+    """Before a class is graded: raise :class:`WorksheetError` when no submission (``students``, their
+    names) carries the participant id of a row of the worksheet, as when it is another assignment's
+    worksheet or the submissions are not Moodle's download."""
+    _, rows = read_worksheet(worksheet)
+    ids = {r["_id"] for r in rows}
+    if students and not any(participant_of(s) in ids for s in students):
+        shown = ", ".join(list(students)[:3]) + (", ..." if len(students) > 3 else "")
+        raise WorksheetError(f"no submission matches a participant of the Moodle worksheet {worksheet} "
+                             f"(submissions: {shown}; Moodle's download names them <Full name>_<participant "
+                             f"id>_assignsubmission_file); nothing graded: is it this assignment's worksheet?")
+
+
 def write_moodle_files(results: list, plan, worksheet: Path, out: Path) -> dict:
     """moodle-worksheet.csv, moodle-feedback.zip and moodle-unmatched.csv in ``out``. Returns
     ``matched``, ``unmatched``, ``clashes`` and ``aside`` (submissions), ``absent`` (worksheet rows, by full name),
