@@ -353,3 +353,21 @@ def test_ch04_ex9_single_entries_are_named():
         return B
 
     assert_mistake("ch04_ex9", copied, "a and b copied from single entries")
+
+
+def test_ch04_ex7_graded_cases_keep_what_their_names_promise():
+    """At grading, the public checks run at other seeds (issue 38, item 4): other offsets and widths,
+    of the same kind as the public case (an offset of at least 2 in the chapter's 32-wide table; a
+    negative offset, a zero offset and one pair; an odd, a zero and a negative width)."""
+    from attention_course.checks.plan import hidden_seed
+    checks = get_exercise("ch04_ex7").checks
+    for seed in (11, 2026, 7, 1):
+        args = [[c.args for c in checks[i].make_calls(hidden_seed(seed, i))] for i in range(4)]
+        (k, d), = args[0]
+        assert d == 32 and 2 <= k and (k, d) != (5, 32)
+        (k_neg, _), (k_zero, _), (_, one_pair) = args[1]
+        assert k_neg < 0 and k_zero == 0 and one_pair == 2
+        (k_long, d_wide), = args[2]
+        assert k_long >= 24 and d_wide >= 48 and d_wide % 2 == 0
+        odd, zero, negative = (d for _, d in args[3])
+        assert odd % 2 == 1 and odd > 0 and zero == 0 and negative < 0

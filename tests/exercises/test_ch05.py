@@ -266,6 +266,58 @@ def test_ch05_independence_never_fails_correct_dropout_over_40_seeds(label, chec
             assert reason is not None and "identical" in reason, (k, impl, reason)
 
 
+# ======================================== ch05_ex5
+
+# ---- ch05_ex5: the level of the kept weights read from the mean of the outputs (issue 40, item 3)
+
+def diagnose_by_the_mean(draws, p, tolerance=None):
+    """The mean of inverted dropout is 1, of a layer that does not rescale 1 - p, of one that
+    scales by 1 - p (1 - p)^2: a label from the nearest of them, within p / 5."""
+    tolerance = p / 5 if tolerance is None else tolerance
+    if not (draws.abs() <= 1e-4).any():
+        return "switched off"
+    if torch.equal(draws, draws[:1].expand_as(draws)):
+        return "mask reused"
+    level = draws.mean().item()
+    for label, expected in (("correct", 1.0), ("not rescaled", 1.0 - p)):
+        if abs(level - expected) <= tolerance:
+            return label
+    return "scaled by 1-p"
+
+
+def _low_p_check():
+    exercise = get_exercise("ch05_ex5")
+    index, check = next((i, c) for i, c in enumerate(exercise.checks) if c.name.startswith("right and wrong rescaling at p = 0.1"))
+    return exercise, index, check
+
+
+def test_ch05_ex5_mean_threshold_is_named():
+    assert_mistake("ch05_ex5", diagnose_by_the_mean, "level read from the mean")
+    failures = failed_checks("ch05_ex5", diagnose_by_the_mean)
+    assert [r.check for r in failures] == [_low_p_check()[2].name]
+    for seed in SEEDS:
+        assert failed_checks("ch05_ex5", diagnose_by_the_mean, hidden_seed=seed, first_failure=True), seed
+
+
+@pytest.mark.parametrize("tolerance", [None, 0.015, 0.01])
+def test_ch05_ex5_mean_threshold_fails_at_30_grading_seeds_and_no_correct_answer_does(tolerance):
+    """At p = 0.1 with 20 draws of 20 weights the mean strays by about 0.017 (its standard error for
+    inverted dropout), a third of the distance between the levels 1 and 1 - p: a tolerance of p / 5
+    or less around each level mislabels some of the check's 48 layers at every seed, while every
+    answer that reads the kept values is right on every layer."""
+    from attention_course.checks.plan import hidden_seed
+    exercise, index, check = _low_p_check()
+    correct = [exercise.reference] + [a.impl for a in exercise.alternatives]
+    heuristic = lambda draws, p: diagnose_by_the_mean(draws, p, tolerance)  # noqa: E731
+    for seed in range(30):
+        calls = check.make_calls(hidden_seed(seed, index))
+        want = outcomes_for(exercise.reference, calls, exercise.kind)
+        assert [o["value"] for o in want].count("correct") == len(calls) // 3
+        for impl in correct:
+            assert compare_all(outcomes_for(impl, calls, exercise.kind), want, check, calls) is None, (seed, impl)
+        assert compare_all(outcomes_for(heuristic, calls, exercise.kind), want, check, calls) is not None, seed
+
+
 # ======================================== ch05_ex6
 
 # ---- ch05_ex6: hand-computed cases; a float path count that overflows gets its own hint
@@ -386,3 +438,26 @@ def test_ch05_ex6_chains_of_at_most_num_layers_steps_get_the_own_token_hint():
 
     assert_mistake("ch05_ex6", at_most, "own token always kept")
     assert "at most num_layers steps" in mistake_hint("ch05_ex6", "own token always kept")
+
+
+def test_ch05_ex6_graded_cases_keep_what_their_hints_name():
+    """At grading, the public checks run at other seeds (issue 38, item 4): the hand-made cases are
+    relabelled or resized, but what a check's hint names stays true. Queries 2 and 5 have no key;
+    a cycle goes round past its length; the first token of "previous token only" sees nothing."""
+    from attention_course.checks.plan import hidden_seed
+    exercise = get_exercise("ch05_ex6")
+    index = {name: i for i, c in enumerate(exercise.checks) for name in ("two queries", "a cycle", "previous")
+             if c.name.startswith(name)}
+    for seed in (11, 2026, 7, 1):
+        empty = exercise.checks[index["two queries"]].make_calls(hidden_seed(seed, index["two queries"]))
+        for call in empty:
+            has_key = call.args[0].any(dim=1).tolist()
+            assert [i for i, k in enumerate(has_key) if not k] == [2, 5], (seed, call.args[0])
+        cycle = exercise.checks[index["a cycle"]].make_calls(hidden_seed(seed, index["a cycle"]))
+        five = [c.args[1] for c in cycle if c.args[0].shape == (5, 5)]
+        assert all(torch.equal(c.args[0], torch.roll(torch.eye(5, dtype=torch.bool), -1, 1)) for c in cycle[:3])
+        assert any(layers > 5 and layers % 5 for layers in five), five
+        assert cycle[3].args[0].sum() == 7 and cycle[3].args[0].shape == (6, 6)
+        previous = exercise.checks[index["previous"]].make_calls(hidden_seed(seed, index["previous"]))
+        mask = previous[0].args[0]
+        assert not mask[0].any() and all(mask[i].nonzero().flatten().tolist() == [i - 1] for i in range(1, len(mask)))

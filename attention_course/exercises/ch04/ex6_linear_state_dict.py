@@ -45,10 +45,14 @@ def linear_state_dict(W_query, W_key, W_value):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
+_LSD_CHAPTER_SEED = 0   # the check's own seed: the chapter's matrices (what a release ships)
+
+
 def _lsd_chapter_calls(seed):
-    # The chapter's own matrices: the same generator and order as its cell.
-    gen = torch.Generator().manual_seed(2024)
-    mats = tuple(torch.randn(3, 2, generator=gen) for _ in range(3))
+    # At its own seed, the chapter's own matrices (the same generator and order as its cell); at a
+    # grading seed, three other (3, 2) float32 matrices of the same scale, drawn from that seed.
+    g = torch.Generator().manual_seed(2024 if seed == _LSD_CHAPTER_SEED else 2025 + seed)
+    mats = tuple(torch.randn(3, 2, generator=g) for _ in range(3))
     return [Call(args=mats)]
 
 
@@ -166,7 +170,7 @@ register(Exercise(
     label="ch04_ex6", title="From nn.Parameter matrices to nn.Linear weights",
     name="linear_state_dict", reference=linear_state_dict, points=1,
     checks=[
-        Check("the chapter's W_q, W_k, W_v (d_in=3, d_out=2)", _lsd_chapter_calls, seed=0,
+        Check("the chapter's W_q, W_k, W_v (d_in=3, d_out=2)", _lsd_chapter_calls, seed=_LSD_CHAPTER_SEED,
               hint="this check compares your dict (its keys, and each tensor's shape, dtype and values) "
                    "with what SelfAttention(3, 2) must load so that its layers compute x @ W_q, x @ W_k "
                    "and x @ W_v; the reason above names the first entry that differs."),

@@ -22,7 +22,7 @@ import math
 import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen
+from .._kit import Kept, gen, randint
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -48,20 +48,46 @@ def offset_matrix(k, d_model):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
+# Each public check's own case is what its seed (0) gives; at a grading seed the same kind of case is
+# drawn afresh (another offset, another width with the same property), never the case a release ships.
+
+_OM_PUBLIC_SEED = 0
+
+
+def _om_case(seed, public, draw):
+    """``public`` (a list of (k, d_model)) at the public seed; otherwise ``draw(g)`` for a generator
+    seeded from ``seed``, drawn again while it gives the public case."""
+    if seed == _OM_PUBLIC_SEED:
+        pairs = public
+    else:
+        g = gen(seed)
+        pairs = draw(g)
+        while pairs == public:
+            pairs = draw(g)
+    return [Call(args=pair) for pair in pairs]
+
+
 def _om_chapter_calls(seed):
-    return [Call(args=(5, 32))]
+    # The chapter's table (d_model=32) at another offset of a few positions (k >= 2: with k = 1 an
+    # angle without k would agree).
+    return _om_case(seed, [(5, 32)], lambda g: [(randint(g, 2, 12), 32)])
 
 
 def _om_negative_calls(seed):
-    return [Call(args=(-3, 8)), Call(args=(0, 8)), Call(args=(1, 2))]
+    return _om_case(seed, [(-3, 8), (0, 8), (1, 2)],
+                    lambda g: [(randint(g, -12, -1), 2 * randint(g, 2, 8)), (0, 2 * randint(g, 2, 8)),
+                               (randint(g, 1, 9) * (1 - 2 * randint(g, 0, 1)), 2)])
 
 
 def _om_long_calls(seed):
-    return [Call(args=(40, 64))]
+    return _om_case(seed, [(40, 64)], lambda g: [(randint(g, 24, 40), 2 * randint(g, 24, 40))])
 
 
 def _om_bad_calls(seed):
-    return [Call(args=(5, 7)), Call(args=(1, 0)), Call(args=(2, -4))]
+    # An odd width, a zero width and a negative even one, at other offsets.
+    return _om_case(seed, [(5, 7), (1, 0), (2, -4)],
+                    lambda g: [(randint(g, -9, 9), 2 * randint(g, 0, 15) + 1), (randint(g, -9, 9), 0),
+                               (randint(g, -9, 9), -2 * randint(g, 1, 10))])
 
 
 def _om_random_calls(seed):
@@ -185,18 +211,18 @@ register(Exercise(
     label="ch04_ex7", title="The offset matrix M_k",
     name="offset_matrix", reference=offset_matrix, points=2,
     checks=[
-        Check("k=5, d_model=32 (the chapter's table)", _om_chapter_calls, seed=0, atol=1e-5,
+        Check("k=5, d_model=32 (the chapter's table)", _om_chapter_calls, seed=_OM_PUBLIC_SEED, atol=1e-5,
               hint="this check compares the whole (32, 32) matrix for k=5: M_k @ PE[pos] must equal "
                    "PE[pos + k] for every position, the pair of columns 2i (sin) and 2i+1 (cos) turned by "
                    "its own angle k / 10000^(2i/d_model)."),
         Check("a negative offset, a zero offset, one pair: (k, d_model) = (-3, 8), (0, 8), (1, 2)",
-              _om_negative_calls, seed=0, atol=1e-5,
+              _om_negative_calls, seed=_OM_PUBLIC_SEED, atol=1e-5,
               hint="this check covers k < 0 (M_k @ PE[pos] = PE[pos + k] turns back), k = 0 (M_0 is the "
                    "identity) and d_model = 2 (one pair)."),
-        Check("a long offset in a wide table: k=40, d_model=64", _om_long_calls, seed=0, atol=1e-5,
+        Check("a long offset in a wide table: k=40, d_model=64", _om_long_calls, seed=_OM_PUBLIC_SEED, atol=1e-5,
               hint="this check compares the (64, 64) matrix for k=40: M_k @ PE[pos] must equal PE[pos + k] "
                    "there too."),
-        Check("an odd or non-positive d_model raises ValueError naming d_model", _om_bad_calls, seed=0,
+        Check("an odd or non-positive d_model raises ValueError naming d_model", _om_bad_calls, seed=_OM_PUBLIC_SEED,
               must_mention=["d_model"], weight=0.5,
               hint="refuse a d_model that is not a positive even number, and name d_model in the message."),
         Check("random offsets and widths (hidden)", _om_random_calls, public=False, atol=1e-5,

@@ -37,12 +37,43 @@ def offset_causal_mask(num_queries, num_keys):
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
+# Each public check's own case is what its seed (0) gives; at a grading seed the same kind of case is
+# drawn afresh from that seed, never the case a release ships.
+
+def _offset_case(seed, public, draw):
+    """``public`` (a list of (num_queries, num_keys)) at seed 0; otherwise ``draw(g)`` for a
+    generator seeded from ``seed``, drawn again while it gives the public case."""
+    pairs = public
+    if seed != 0:
+        g = torch.Generator().manual_seed(seed)
+        while pairs == public:
+            pairs = draw(g)
+    return [Call(args=pair) for pair in pairs]
+
+
+def _offset_size(g, low, high):
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
+def _offset_public_draw(g):
+    # One query over several keys, some queries over more keys, a square mask.
+    num_keys = _offset_size(g, 4, 9)
+    return [(1, _offset_size(g, 3, 9)), (_offset_size(g, 2, num_keys - 1), num_keys),
+            (_offset_size(g, 2, 7),) * 2]
+
+
+def _offset_bad_draw(g):
+    # More queries than keys, no query, no key.
+    num_keys = _offset_size(g, 1, 8)
+    return [(num_keys + _offset_size(g, 1, 4), num_keys), (0, _offset_size(g, 1, 8)), (_offset_size(g, 1, 6), 0)]
+
+
 def _offset_public_calls(seed):
-    return [Call(args=(1, 5)), Call(args=(3, 7)), Call(args=(4, 4))]
+    return _offset_case(seed, [(1, 5), (3, 7), (4, 4)], _offset_public_draw)
 
 
 def _offset_bad_calls(seed):
-    return [Call(args=(5, 3)), Call(args=(0, 4)), Call(args=(2, 0))]
+    return _offset_case(seed, [(5, 3), (0, 4), (2, 0)], _offset_bad_draw)
 
 
 def _offset_hidden_calls(seed):

@@ -68,6 +68,19 @@ def _kind_calls(kinds, p, num_draws=40, num_weights=30):
     return make
 
 
+_LOW_P_LAYERS = 16
+
+
+def _low_p_calls(seed):
+    # The hardest layers the contract allows for a rule that reads the level of the kept weights
+    # from the mean of the outputs: p = 0.1 (the three levels 1, 1 - p and (1 - p)^2 lie close
+    # together) and 20 draws of 20 weights (the mean strays most). Many layers of each kind, so that
+    # a rule with a tolerance of p / 5 or less mislabels some of them at practically every seed (issue 40,
+    # item 3: 0 of 30 grading seeds passed it, against 28 of 30 without this check).
+    g = gen(seed)
+    return [Call(args=(_draw(g, kind, 0.1, 20, 20), 0.1)) for _ in range(_LOW_P_LAYERS) for kind in KINDS[:3]]
+
+
 def _hidden_calls(seed):
     g = gen(seed)
     calls = []
@@ -114,6 +127,23 @@ def _dd_no_rows(draws, p):
     if torch.allclose(kept, torch.ones_like(kept) / (1 - p), atol=1e-4):
         return "correct"
     if torch.allclose(kept, torch.ones_like(kept), atol=1e-4):
+        return "not rescaled"
+    return "scaled by 1-p"
+
+
+@mistakes.keep("level read from the mean",
+               "the mean of the outputs only estimates the level of the kept weights: at p = 0.1, with 20 draws "
+               "of 20 weights, it strays further than the tolerance you allowed around 1 and 1 - p, so a "
+               "threshold on the mean mislabels many layers; every kept entry has exactly the level itself.")
+def _dd_mean_threshold(draws, p):
+    if bool((draws.abs() > 1e-4).all()):
+        return "switched off"
+    if bool((draws == draws[0]).all()):
+        return "mask reused"
+    mean = float(draws.mean())          # about 1, 1 - p or (1 - p)^2
+    if abs(mean - 1) <= p / 5:
+        return "correct"
+    if abs(mean - (1 - p)) <= p / 5:
         return "not rescaled"
     return "scaled by 1-p"
 
@@ -173,6 +203,11 @@ register(Exercise(
         Check("the five kinds at p = 0.2", _kind_calls(KINDS, 0.2), seed=1, hint=_HINT),
         Check("right and wrong rescaling at p = 0.6, with few draws", _kind_calls(KINDS[:3], 0.6, 20, 20), seed=2,
               hint=_HINT),
+        Check(f"right and wrong rescaling at p = 0.1: {_LOW_P_LAYERS} layers of each, 20 draws of 20 weights",
+              _low_p_calls, seed=3,
+              hint=f"this check passes the outputs of {_LOW_P_LAYERS} layers of each of the kinds \"correct\", "
+                   "\"not rescaled\" and \"scaled by 1-p\", all at p = 0.1 with 20 draws of 20 weights, and "
+                   "compares your labels; the reason above says which call got another label."),
         Check("random p, draws and sizes (hidden)", _hidden_calls, public=False, hint=_HINT),
     ],
     mistakes=list(mistakes),

@@ -90,47 +90,102 @@ def _band(n, back, ahead=0):
     return (offset >= -back) & (offset <= ahead)
 
 
+# Each public check's own case is what its seed (0) gives, and what a release ships; at a grading
+# seed the same kind of case is drawn from that seed: the same graph with its tokens relabelled
+# (allowed[perm][:, perm], so every answer is relabelled the same way) where the hint names no
+# position, otherwise another size of the same pattern, other layer counts or another extra key.
+
+def _relabelled(seed, n, keep=()):
+    """A permutation of range(n) drawn from ``seed``, never the identity, that maps the positions in
+    ``keep`` among themselves (so that a hint naming them stays true)."""
+    g = gen(seed)
+    rest = [i for i in range(n) if i not in keep]
+    while True:
+        perm = list(range(n))
+        for group in (list(keep), rest):
+            for i, j in zip(group, torch.randperm(len(group), generator=g).tolist()):
+                perm[i] = group[j]
+        if perm != list(range(n)):
+            return torch.tensor(perm)
+
+
+def _relabel(allowed, perm):
+    return allowed[perm][:, perm].contiguous()
+
+
 def _causal_calls(seed):
     causal = _band(6, back=5)
+    if seed != 0:
+        causal = _relabel(causal, _relabelled(seed, 6))
     return [Call(args=(causal, 1)), Call(args=(causal, 2)), Call(args=(causal, 4)),
             Call(args=(causal, 3), kwargs={"residual": False})]
 
 
 def _window_calls(seed):
-    width3 = _band(12, back=2)
+    width3, width4 = _band(12, back=2), _band(12, back=3)
+    if seed != 0:
+        perm = _relabelled(seed, 12)
+        width3, width4 = _relabel(width3, perm), _relabel(width4, perm)
     return [Call(args=(width3, layers)) for layers in (1, 2, 3, 5)] + [
-        Call(args=(_band(12, back=3), 2), kwargs={"residual": False})]
+        Call(args=(width4, 2), kwargs={"residual": False})]
 
 
 def _future_calls(seed):
     one_ahead = _band(10, back=9, ahead=1)
+    if seed != 0:
+        one_ahead = _relabel(one_ahead, _relabelled(seed, 10))
     return [Call(args=(one_ahead, 2)), Call(args=(one_ahead, 3)),
             Call(args=(one_ahead, 3), kwargs={"residual": False})]
 
 
+def _other_size(seed, public, low, high):
+    """``public`` at seed 0; otherwise a size in [low, high] other than ``public``, drawn from ``seed``."""
+    if seed == 0:
+        return public
+    size = public
+    g = gen(seed)
+    while size == public:
+        size = randint(g, low, high)
+    return size
+
+
 def _previous_calls(seed):
-    previous = _band(8, back=1) & ~torch.eye(8, dtype=torch.bool)   # token i sees token i - 1 only
+    n = _other_size(seed, 8, 5, 14)
+    previous = _band(n, back=1) & ~torch.eye(n, dtype=torch.bool)   # token i sees token i - 1 only
     return [Call(args=(previous, layers), kwargs={"residual": False}) for layers in (0, 1, 3)] + [
         Call(args=(previous, 3))]
 
 
 def _two_before_calls(seed):
-    two_before = _band(7, back=2) & ~torch.eye(7, dtype=torch.bool)   # tokens i - 2 and i - 1, not i
+    n = _other_size(seed, 7, 4, 12)
+    two_before = _band(n, back=2) & ~torch.eye(n, dtype=torch.bool)   # tokens i - 2 and i - 1, not i
     return [Call(args=(two_before, layers), kwargs={"residual": False}) for layers in (1, 2)]
 
 
 def _cycle_calls(seed):
+    # Layer counts up to 12, some beyond the number of tokens and not a multiple of it, so that the
+    # information has gone round and on; over 6 tokens, one extra key besides the cycle's.
+    layers, (row, key), six_layers = (3, 7, 12), (3, 0), 7
+    if seed != 0:
+        g = gen(seed)
+        while (layers, (row, key), six_layers) == ((3, 7, 12), (3, 0), 7):
+            layers = (randint(g, 3, 5), randint(g, 6, 9), randint(g, 11, 12))
+            row = randint(g, 0, 5)
+            key = (row + randint(g, 1, 4)) % 6                             # neither row nor row - 1
+            six_layers = randint(g, 7, 11)
     cycle = torch.roll(torch.eye(5, dtype=torch.bool), shifts=-1, dims=1)   # token i sees i - 1, mod 5
     six = torch.roll(torch.eye(6, dtype=torch.bool), shifts=-1, dims=1)
-    six[3, 0] = True                                                       # and one extra key
-    return [Call(args=(cycle, layers), kwargs={"residual": False}) for layers in (3, 7, 12)] + [
-        Call(args=(six, 7), kwargs={"residual": False})]
+    six[row, key] = True                                                   # and one extra key
+    return [Call(args=(cycle, count), kwargs={"residual": False}) for count in layers] + [
+        Call(args=(six, six_layers), kwargs={"residual": False})]
 
 
 def _empty_rows_calls(seed):
     holes = _band(7, back=6)
     holes[2] = False
     holes[5] = False
+    if seed != 0:   # queries 2 and 5 stay the ones without a key
+        holes = _relabel(holes, _relabelled(seed, 7, keep=(2, 5)))
     return [Call(args=(holes, 1), kwargs={"residual": False}), Call(args=(holes, 2), kwargs={"residual": False}),
             Call(args=(holes, 2))]
 
@@ -143,8 +198,12 @@ def _prefix_lm(n, prefix):
 
 
 def _deep_calls(seed):
-    return [Call(args=(_prefix_lm(48, 40), 60)), Call(args=(_prefix_lm(48, 40), 200)),
-            Call(args=(_band(48, back=47), 200), kwargs={"residual": False})]
+    prefix_lm, causal = _prefix_lm(48, 40), _band(48, back=47)
+    if seed != 0:
+        perm = _relabelled(seed, 48)
+        prefix_lm, causal = _relabel(prefix_lm, perm), _relabel(causal, perm)
+    return [Call(args=(prefix_lm, 60)), Call(args=(prefix_lm, 200)),
+            Call(args=(causal, 200), kwargs={"residual": False})]
 
 
 def _random_mask(g, n, density):
@@ -172,9 +231,15 @@ def _hidden_calls(seed):
 
 
 def _bad_calls(seed):
-    return [Call(args=(_band(4, back=1), 1)),
-            Call(args=(torch.ones(3, 4, dtype=torch.bool), 2)),
-            Call(args=(torch.ones(2, 5, 5, dtype=torch.bool), 1))]
+    if seed == 0:
+        return [Call(args=(_band(4, back=1), 1)),
+                Call(args=(torch.ones(3, 4, dtype=torch.bool), 2)),
+                Call(args=(torch.ones(2, 5, 5, dtype=torch.bool), 1))]
+    # The same shapes (the hint names them): the valid mask relabelled, random entries in the others.
+    g = gen(seed)
+    return [Call(args=(_relabel(_band(4, back=1), _relabelled(seed, 4)), 1)),
+            Call(args=(torch.rand(3, 4, generator=g) < 0.5, randint(g, 1, 3))),
+            Call(args=(torch.rand(2, 5, 5, generator=g) < 0.5, randint(g, 1, 3)))]
 
 
 def _bad_words(call):
