@@ -20,8 +20,8 @@ import math
 import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen
-from ._common import INPUTS, TOKENS
+from .._kit import Kept, gen, randint
+from ._common import INPUTS, TOKENS, sentence_for
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -45,7 +45,8 @@ def context_vector(inputs, query_index):
 
 
 def _cv_sentence_calls(seed):
-    return [Call(args=(INPUTS.clone(), i)) for i in range(len(TOKENS))]
+    inputs = sentence_for(seed)
+    return [Call(args=(inputs.clone(), i)) for i in range(len(TOKENS))]
 
 
 def _cv_random_calls(seed):
@@ -57,9 +58,15 @@ def _cv_random_calls(seed):
 
 
 def _cv_bad_calls(seed):
-    return [Call(args=(INPUTS.clone(), 6)),
-            Call(args=(INPUTS.clone(), -1)),
-            Call(args=(INPUTS.clone(), 100))]
+    if seed == 0:  # the public case
+        return [Call(args=(INPUTS.clone(), 6)),
+                Call(args=(INPUTS.clone(), -1)),
+                Call(args=(INPUTS.clone(), 100))]
+    g = gen(seed)
+    inputs = sentence_for(seed)
+    return [Call(args=(inputs.clone(), len(TOKENS) + randint(g, 0, 3))),
+            Call(args=(inputs.clone(), -randint(g, 1, 6))),
+            Call(args=(inputs.clone(), randint(g, 20, 500)))]
 
 
 def _cv_big_calls(seed):

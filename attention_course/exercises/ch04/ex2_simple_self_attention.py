@@ -21,8 +21,8 @@ import math
 import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen
-from ._common import INPUTS
+from .._kit import Kept, gen, randint
+from ._common import INPUTS, sentence_for
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -45,7 +45,7 @@ def simple_self_attention(inputs):
 
 
 def _ssa_sentence_calls(seed):
-    return [Call(args=(INPUTS.clone(),))]
+    return [Call(args=(sentence_for(seed),))]
 
 
 def _ssa_batch_calls(seed):
@@ -54,7 +54,11 @@ def _ssa_batch_calls(seed):
 
 
 def _ssa_bad_calls(seed):
-    return [Call(args=(torch.tensor([0.5, 1.0, 2.0]),)), Call(args=(torch.linspace(0.0, 1.0, 5),))]
+    if seed == 0:  # the public case
+        return [Call(args=(torch.tensor([0.5, 1.0, 2.0]),)), Call(args=(torch.linspace(0.0, 1.0, 5),))]
+    g = gen(seed)
+    return [Call(args=(torch.rand(randint(g, 2, 4), generator=g),)),
+            Call(args=(torch.linspace(0.0, 1.0, randint(g, 5, 9)),))]
 
 
 def _ssa_big_calls(seed):

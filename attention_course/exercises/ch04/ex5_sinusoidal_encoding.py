@@ -20,7 +20,7 @@ import torch
 
 from ... import transformer as tf
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen
+from .._kit import Kept, gen, randint
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -48,16 +48,27 @@ def sinusoidal_encoding(num_positions, d_model):
 
 
 def _pe_small_calls(seed):
-    return [Call(args=(4, 6))]
+    if seed == 0:  # the public case (a release ships its outcome)
+        return [Call(args=(4, 6))]
+    g = gen(seed)  # at grading: another small table
+    return [Call(args=(randint(g, 5, 7), 2 * randint(g, 4, 5)))]
 
 
 def _pe_table_calls(seed):
-    return [Call(args=(50, 16))]
+    if seed == 0:
+        return [Call(args=(50, 16))]
+    g = gen(seed)
+    return [Call(args=(randint(g, 40, 49), 2 * randint(g, 6, 11)))]
 
 
 def _pe_bad_calls(seed):
-    return [Call(args=(5, 3)), Call(args=(0, 4)), Call(args=(4, 0)), Call(args=(-2, 4)), Call(args=(6, 7)),
-            Call(args=(0, 3)), Call(args=(-1, 0))]   # both wrong: num_positions is reported
+    if seed == 0:
+        return [Call(args=(5, 3)), Call(args=(0, 4)), Call(args=(4, 0)), Call(args=(-2, 4)), Call(args=(6, 7)),
+                Call(args=(0, 3)), Call(args=(-1, 0))]   # both wrong: num_positions is reported
+    g = gen(seed)  # the same kinds of wrong sizes, other values
+    good_n, even, odd = randint(g, 2, 9), 2 * randint(g, 1, 6), 2 * randint(g, 1, 6) + 1
+    return [Call(args=(good_n, odd)), Call(args=(0, even)), Call(args=(good_n, 0)), Call(args=(-randint(g, 1, 5), even)),
+            Call(args=(good_n + 1, 2 * randint(g, 1, 6) + 1)), Call(args=(0, odd)), Call(args=(-randint(g, 1, 5), 0))]
 
 
 def _pe_bad_words(call):
