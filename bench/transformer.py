@@ -18,7 +18,8 @@ the seeds. Under load (other programs on the machine) a time budget buys fewer s
 2 threads far fewer: the load average at the start of each run is recorded.
 
 ``race``: the same, with a budget of steps instead of seconds (``SETTINGS[...]["steps"]``, what
-each model ran in 60 s on a quiet machine), so that the curves against steps and the spread over
+each model ran in 60 s in an earlier clock run on a quiet machine; the shipped clock run averaged
+3 375 and 1 468 steps, so these budgets are 12 to 13 % more), so that the curves against steps and the spread over
 seeds do not depend on the load; the training time is recorded all the same.
 
 How the Transformer's settings were chosen: by one-seed trials (batch size, heads, layers,
