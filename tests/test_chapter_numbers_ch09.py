@@ -83,8 +83,7 @@ def test_ch09_decoding_speed_up_numbers(ch09):
     rows = _table(BENCH / "efficient_decoding.csv")
     recompute, cached = [float(r["recompute_ms"]) for r in rows], [float(r["cached_ms"]) for r in rows]
     after = {n: sum(recompute[:n]) / sum(cached[:n]) for n in (32, 512)}
-    assert after[32] < 2 and after[512] > 5, after
-    _says(ch09, "under 2× after 32 tokens and more than 5× after 512")
+    _says(ch09, f"{after[32]:.1f}× after 32 tokens and {after[512]:.1f}× after 512")
     one_thread = _table(BENCH / "efficient_decoding_speedups.csv")
     (row,) = [r for r in one_thread if r["threads"] == "1"]
     _says(ch09, f"on one thread of the same machine, {float(row['speedup_after_32']):.1f}× and "
@@ -125,6 +124,11 @@ def test_ch09_arithmetic_intensity_numbers(ch09):
         values = [float(r[column]) for r in ordered]
         assert values == sorted(values) and len(set(values)) == len(values), (column, values)
     _says(ch09, "every row added raises the operations per byte read, and the speed per operation rises")
+    # The conditions that keep the page from reading the rates as memory-bound or compute-bound.
+    _says(ch09, f"one thread of a shared 2-core machine at a load average of "
+                f"{_load_average(BENCH / 'efficient_intensity.csv'):.1f} (its header)")
+    header = (BENCH / "efficient_intensity.csv").read_text(encoding="utf-8")
+    assert "torch.set_num_threads(1) on a 2-core" in header, header[:300]
 
 
 def test_ch09_prefill_and_decode_numbers(ch09):
@@ -214,9 +218,15 @@ def test_ch07_shorter_and_longer_halves(ch07):
         for n in (1, 2, 3, 4):
             halves.append([_mean(_cell(results, model, steps, n, 0, group=g)) for g in ("short", "long")])
     shorter, longer = max(halves, key=lambda pair: abs(pair[0] - pair[1]))
-    _says(ch07, f"the largest is {abs(shorter - longer):.1f} points",
+    _says(ch07, f"the largest difference is {abs(shorter - longer):.1f} points",
           f"{shorter:.1f} % for the shorter half, {longer:.1f} % for the longer")
-    assert any(a < b for a, b in halves) and any(a > b for a, b in halves)     # "both ways"
+    # "For the attention model the longer half does better in all four rows" (its rows come first)
+    assert all(a < b for a, b in halves[:4]), halves[:4]
+    _says(ch07, "For the attention model the longer half does better in all four rows")
+    longer_better = sum(a < b for a, b in halves)
+    assert len(halves) == 12
+    _says(ch07, f"over the twelve cells of the table it does better in {longer_better} "
+                f"and worse in {sum(a > b for a, b in halves)}")
 
 
 def test_ch07_learning_curves(ch07):

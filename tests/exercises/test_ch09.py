@@ -240,7 +240,30 @@ def test_ch09_ex3_the_tile_checks_make_the_whole_matrix_exceed_the_budget():
 
 def test_ch09_ex3_the_contract_states_the_memory_budget():
     text = " ".join(statement("ch09_ex3").split())
-    assert "`batch × max(num_queries, num_keys) × max(block_size, d, d_v)` entries" in text
+    assert "`batch × N × max(block_size, d, d_v)` entries, where `N` is `max(num_queries, num_keys)` " \
+           "rounded up to a whole number of blocks" in text
+
+
+def test_ch09_ex3_padding_to_whole_blocks_passes_and_an_oversized_tensor_is_not_called_the_score_matrix():
+    """A blind solver's answer padded its inputs to whole blocks (memory O(n d), no score matrix) and was
+    refused at some grading seeds, with the hint of the kept mistake that forms the whole score matrix.
+    The budget now rounds the number of tokens up to whole blocks, and an answer over it by another
+    tensor than that mistake's is not matched to it."""
+    from attention_course.checks.checking import run_checks
+    from attention_course.exercises.ch09 import ex3_causal_tiled_attention as module
+    padded = module._tiled_checked(module._alt_tiled_padded)
+    for seed in range(12):
+        assert all(r.passed for r in run_checks("ch09_ex3", padded, hidden=True, seed=seed)), seed
+
+    def one_big_buffer(queries, keys, values, block_size):
+        waste = queries.new_zeros(queries.shape[0], 4 * max(queries.shape[-2], keys.shape[-2]),  # noqa: F841
+                                  max(block_size, queries.shape[-1], values.shape[-1]) + 1)
+        return padded(queries, keys, values, block_size)
+
+    results = run_checks("ch09_ex3", one_big_buffer)
+    failed = [r for r in results if not r.passed]
+    assert failed and all("tensor of" in r.reason for r in failed), [r.line() for r in results]
+    assert not any(r.mistake == "the whole score matrix formed" for r in failed), [r.line() for r in failed]
 
 
 # ------------------------------------------------------------- ch09_ex4
@@ -562,6 +585,78 @@ def test_ch09_ex6_the_tile_checks_make_the_whole_matrix_exceed_the_budget():
                 budget = n * max(q.shape[-2], k.shape[-2]) * max(call.args[-1], q.shape[-1], v.shape[-1])
                 assert call.report == ("largest_tensor",)
                 assert n * q.shape[-2] * k.shape[-2] > budget
+
+
+# ------------------------------------------------------------- ch09_ex7
+
+_LLAMA2_70B = {"num_layers": 80, "num_heads": 64, "num_kv_heads": 8, "head_dim": 128}
+
+
+def _student_accounting(config, context_len, batch, bytes_per_value, *, sequences=None, whole_floats=False,
+                        flops_per_kv_head=False, page_intensity=False):
+    """A student's accounting, written per layer and then scaled up."""
+    layers, heads = config["num_layers"], config["num_heads"]
+    kv_heads, d = config["num_kv_heads"], config["head_dim"]
+    seen = context_len + 1
+    seqs = batch if sequences is None else sequences
+    cache = layers * seqs * (seen * kv_heads * d * 2) * bytes_per_value
+    flops = 0
+    for _ in range(kv_heads if flops_per_kv_head else heads):
+        flops += 2 * seen * d + 2 * seen * d
+    flops *= layers * seqs
+    moved = cache + layers * seqs * heads * d * 2 * bytes_per_value
+    intensity = 2 * heads / (kv_heads * bytes_per_value) if page_intensity else flops / moved
+    counts = {"cache_bytes": cache, "attention_flops": flops, "bytes_moved": moved}
+    if whole_floats:
+        counts = {key: float(value) for key, value in counts.items()}
+    return dict(counts, intensity=intensity)
+
+
+def test_ch09_ex7_llama2_70b_matches_the_chapters_table():
+    # The page prints 320 KB of cache per token for Llama 2 70B and 8 FLOP per byte for its decode
+    # attention over a long cache; 8 sequences of 4,096 tokens then hold 8 * 4096 * 320 KB = 10 GB.
+    calls = check_named("ch09_ex7", "Llama 2 70B").make_calls(0)
+    assert [c.args for c in calls] == [(_LLAMA2_70B, 4095, 8, 2)]
+    ref = get_exercise("ch09_ex7").reference(_LLAMA2_70B, 4095, 8, 2)
+    assert ref["cache_bytes"] == 8 * 4096 * 320 * 2**10 == 10 * 2**30
+    assert ref["attention_flops"] == 80 * 8 * 64 * 4096 * 128 * 4
+    assert ref["bytes_moved"] == ref["cache_bytes"] + 80 * 8 * 64 * 128 * 2 * 2
+    assert 7.98 < ref["intensity"] < 8.0 and type(ref["intensity"]) is float
+
+
+def test_ch09_ex7_a_per_layer_student_answer_passes():
+    passes_everywhere("ch09_ex7", _student_accounting)
+
+
+def test_ch09_ex7_one_sequence_only_fails_with_the_checks_own_hint():
+    failed = failed_checks("ch09_ex7", lambda *args: _student_accounting(*args, sequences=1))
+    names = {r.check for r in failed}
+    assert any(n.startswith("Llama 2 70B") for n in names) and any(n.startswith("a small multi-query") for n in names)
+    for r in failed:
+        assert r.hint == check_named("ch09_ex7", r.check[:20]).hint, r.line()
+
+
+def test_ch09_ex7_whole_floats_fail_only_the_type_check():
+    failed = failed_checks("ch09_ex7", lambda *args: _student_accounting(*args, whole_floats=True))
+    assert [r.check for r in failed] == [check_named("ch09_ex7", "every count is a Python int").name]
+    assert "Python int" in failed[0].reason
+
+
+def test_ch09_ex7_flops_counted_per_kv_head_get_their_hint():
+    assert_mistake("ch09_ex7", lambda *args: _student_accounting(*args, flops_per_kv_head=True),
+                   "FLOPs with num_kv_heads")
+
+
+def test_ch09_ex7_the_pages_long_context_intensity_is_named():
+    assert_mistake("ch09_ex7", lambda *args: _student_accounting(*args, page_intensity=True),
+                   "intensity from the long-context limit")
+
+
+def test_ch09_ex7_the_contract_fixes_what_counts():
+    text = " ".join(statement("ch09_ex7").split())
+    for words in ("2 FLOPs", "`context_len + 1`", "however many query heads share it",
+                  "Leave out the write of the new key and value", "Python `float`"):
+        assert words in text, words
 
 
 # ------------------------------------------------------------- every check hint of the chapter

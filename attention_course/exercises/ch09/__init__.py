@@ -8,6 +8,9 @@ ch09_ex4  cached_attention_step(x_new, k_cache, v_cache, w_query, w_key, w_value
 ch09_ex5  grouped_cached_step(q_new, k_new, v_new, k_cache, v_cache) -> (output, k_cache, v_cache)
 ch09_ex6  attention_backward_with_lse(queries, keys, values, output, lse, grad_output, grad_lse, block)
                                                                  -> (grad_queries, grad_keys, grad_values)
+ch09_ex7  decode_accounting(config, context_len, batch, bytes_per_value)
+                                                                 -> dict of cache_bytes, attention_flops,
+                                                                    bytes_moved (ints) and intensity (float)
 
 Conventions fixed by this chapter (stated in each exercise's contract):
 
@@ -29,7 +32,8 @@ formula that is right on paper but exponentiates before subtracting the maximum 
 
 One module per exercise, its parts in one order: the contract, the reference, the
 inputs of the checks, the kept mistakes (each with its hint), the kept alternatives,
-the registration. Helpers shared by the chapter's exercises are in ``_common.py``.
+the registration. Helpers shared by the chapter's exercises are in ``_common.py``;
+``_tiling.py`` holds exercise 3's check comparisons and the tile loop its kept mistakes share.
 """
 from . import (  # noqa: F401  (importing an exercise module registers it)
     ex1_merge_attention_partials,
@@ -38,4 +42,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex4_cached_attention_step,
     ex5_grouped_cached_step,
     ex6_attention_backward_with_lse,
+    ex7_decode_accounting,
 )

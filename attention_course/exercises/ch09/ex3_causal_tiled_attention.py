@@ -18,7 +18,8 @@ integer (a Python `int` of at least 1: `2.0` and `True` are not), and naming `qu
 and giving their numbers of tokens when `num_queries > num_keys`.
 
 The check also enforces the memory that tiling saves: every tensor your function creates may hold
-at most `batch × max(num_queries, num_keys) × max(block_size, d, d_v)` entries, so the whole
+at most `batch × N × max(block_size, d, d_v)` entries, where `N` is `max(num_queries, num_keys)`
+rounded up to a whole number of blocks (so padding to whole blocks is fine), and the whole
 `num_queries × num_keys` matrix of scores (or of weights) never exists. The check records the size
 of every tensor created while your function runs; a view (a slice, `expand`) counts by the memory
 under it.
@@ -32,6 +33,8 @@ import torch
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 from ._common import NEG_INF
+from ._tiling import (_tile_has_visible, _tiled_generic, _tiled_within_the_budget,
+                      _tiles_of_the_same_type, _with_offset)
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -164,71 +167,6 @@ def _tiled_hidden_memory_calls(seed):
                         report=("largest_tensor",))
 
 
-_TILED_VALUES = Check("values", lambda seed: [], hint="")  # default tolerances, for compare_all only
-
-
-def _kind(value):
-    return "a tensor" if isinstance(value, torch.Tensor) else f"a Python {type(value).__name__}"
-
-
-def _tiles_of_the_same_type(got, want, calls):
-    """The output and the tile count first, as the other checks compare them (they take a tensor
-    or a float of the right value for the count); then the count's type, which must be the type
-    the reference returns, a Python int. Comparing with want's type, not with int, lets an answer be
-    matched to the kept mistake that returns the same type."""
-    from ...checks.checking import compare_all
-    reason = compare_all(got, want, _TILED_VALUES, calls)
-    if reason:
-        return reason
-    for i, (g, w) in enumerate(zip(got, want)):
-        if w["status"] != "ok":
-            continue
-        mine, theirs = g["value"]["__seq__"][1], w["value"]["__seq__"][1]
-        if type(mine) is not type(theirs):
-            where = "tiles" if len(got) == 1 else f"call {i + 1} of {len(got)}: tiles"
-            return f"{where} (item 1 of the result) is {_kind(mine)}, expected {_kind(theirs)}"
-    return None
-
-
-_ENTRIES = "largest_tensor_entries"
-
-
-def _tiled_budget(call):
-    """The most entries a tensor may hold: batch * max(num_queries, num_keys) * max(block_size, d, d_v)."""
-    queries, keys, values, block_size = call.args
-    return (queries.shape[0] * max(queries.shape[-2], keys.shape[-2])
-            * max(block_size, queries.shape[-1], values.shape[-1]))
-
-
-def _without_extras(outcomes):
-    return [{k: v for k, v in o.items() if k != "extras"} for o in outcomes]
-
-
-def _tiled_within_the_budget(got, want, calls):
-    """The output and the tile count first, as the other checks compare them; then the largest tensor
-    created, which must be within the budget when the reference's is (and beyond it when want is a
-    kept mistake's outcome that is, so that an answer can be matched to that mistake)."""
-    from ...checks.checking import compare_all
-    reason = compare_all(_without_extras(got), _without_extras(want), _TILED_VALUES, calls)
-    if reason:
-        return reason
-    for i, (g, w, call) in enumerate(zip(got, want, calls)):
-        if w["status"] != "ok":
-            continue
-        budget = _tiled_budget(call)
-        mine = g.get("extras", {}).get(_ENTRIES)
-        if not isinstance(mine, int):
-            return "the size of the tensors created was not recorded"
-        if (mine > budget) != (w["extras"][_ENTRIES] > budget):
-            n_q, n_k = call.args[0].shape[-2], call.args[1].shape[-2]
-            where = "" if len(got) == 1 else f"call {i + 1} of {len(got)}: "
-            return (f"{where}the output and tile count are right, but a tensor of {mine} entries was created; "
-                    f"with batch {call.args[0].shape[0]}, {n_q} queries, {n_k} keys and "
-                    f"block_size={call.args[-1]} a tensor may hold at most {budget}"
-                    if mine > budget else f"{where}no tensor exceeded {budget} entries")
-    return None
-
-
 _TILED_HINT = ("query i sits at position num_keys - num_queries + i and sees the keys up to it; a tile "
                "is computed when at least one of its (query, key) pairs is visible. Compare your output "
                "with full causal attention and your tile count with a drawing of the tiles.")
@@ -244,59 +182,12 @@ def _tiled_checked(body):
     return impl
 
 
-def _tiled_generic(queries, keys, values, block_size, visible_pair, computes_tile, rescale=True,
-                   reverse=False, guard=True, scale_dim=-1, divide=True):
-    """Tile loop with pluggable rules: visible_pair(query_pos, key_idx), computes_tile(q0, q1, k0, k1);
-    key tiles visited last to first when reverse; no -inf guard on the shift when not guard; scores
-    divided by the square root of the size of queries' axis -1 (values' when scale_dim == "v", not
-    divided when scale_dim is None); the running output divided by the running sum at the end when
-    divide."""
-    n_q, n_k = queries.shape[-2], keys.shape[-2]
-    offset = n_k - n_q
-    if scale_dim is None:
-        scale = 1.0
-    else:
-        scale = 1.0 / math.sqrt(values.shape[-1] if scale_dim == "v" else queries.shape[-1])
-    key_starts = list(range(0, n_k, block_size))
-    if reverse:
-        key_starts.reverse()
-    pieces, tiles = [], 0
-    for q0 in range(0, n_q, block_size):
-        q1 = min(q0 + block_size, n_q)
-        q = queries[..., q0:q1, :] * scale
-        m = torch.full((*q.shape[:-1], 1), NEG_INF, dtype=q.dtype)
-        l = torch.zeros_like(m)
-        acc = torch.zeros(*q.shape[:-1], values.shape[-1], dtype=values.dtype)
-        for k0 in key_starts:
-            k1 = min(k0 + block_size, n_k)
-            if not computes_tile(offset, q0, q1, k0, k1):
-                continue
-            tiles += 1
-            s = q @ keys[..., k0:k1, :].transpose(-2, -1)
-            pos = torch.arange(q0, q1)[:, None]
-            key = torch.arange(k0, k1)[None, :]
-            s = s.masked_fill(~visible_pair(offset, pos, key), NEG_INF)
-            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-            safe = torch.nan_to_num(m_new, neginf=0.0) if guard else m_new
-            p = torch.exp(s - safe)
-            factor = torch.exp(m - safe) if rescale else torch.ones_like(m)
-            l = l * factor + p.sum(dim=-1, keepdim=True)
-            acc = acc * factor + p @ values[..., k0:k1, :]
-            m = m_new
-        pieces.append(acc / l if divide else acc)
-    return torch.cat(pieces, dim=-2), tiles
-
-
 _tiled_no_offset = mistakes.add("causal mask without the offset",
                                 "the queries are the LAST num_queries positions: query i sits at position "
                                 "num_keys - num_queries + i, not at position i (a mask aligned with the top-left corner, "
                                 "like is_causal=True in F.scaled_dot_product_attention, hides keys it may see).",
                                 _tiled_checked(lambda q, k, v, bs: _tiled_generic(
                  q, k, v, bs, lambda off, pos, key: key <= pos, lambda off, q0, q1, k0, k1: k0 <= q1 - 1)))
-
-
-def _with_offset(off, pos, key):
-    return key <= off + pos
 
 
 _tiled_straddling_skipped = mistakes.add("tiles on the diagonal skipped",
@@ -311,10 +202,6 @@ _tiled_never_skips = mistakes.add("every tile computed",
                                   "queries' future too; skip a tile when its first key comes after its last query's position.",
                                   _tiled_checked(lambda q, k, v, bs: _tiled_generic(
                  q, k, v, bs, _with_offset, lambda off, q0, q1, k0, k1: True)))
-
-
-def _tile_has_visible(off, q0, q1, k0, k1):
-    return k0 <= off + q1 - 1
 
 
 _tiled_no_rescale = mistakes.add("running output not rescaled",
@@ -541,6 +428,40 @@ alternatives.add("key tiles last to first, guarded",
                      q, k, v, bs, _with_offset, _tile_has_visible, reverse=True, guard=True)))
 
 
+
+def _alt_tiled_padded(queries, keys, values, block_size):
+    # Queries, keys and values padded with zeros to whole blocks, viewed as blocks; padded keys masked.
+    (b, n_q, d), n_k = queries.shape, keys.shape[-2]
+    t_q, t_k = -(-n_q // block_size), -(-n_k // block_size)
+    def pad(x, n):
+        return torch.cat([x, x.new_zeros(b, n - x.shape[1], x.shape[2])], 1)
+    q_blocks = pad(queries, t_q * block_size).view(b, t_q, block_size, d) / math.sqrt(d)
+    k_blocks = pad(keys, t_k * block_size).view(b, t_k, block_size, d)
+    v_blocks = pad(values, t_k * block_size).view(b, t_k, block_size, values.shape[-1])
+    out, tiles = queries.new_empty(b, n_q, values.shape[-1]), 0
+    for i in range(t_q):
+        rows = min(block_size, n_q - i * block_size)
+        q_pos = (n_k - n_q) + i * block_size + torch.arange(block_size)
+        top = queries.new_full((b, block_size, 1), -math.inf)
+        total, acc = queries.new_zeros((b, block_size, 1)), queries.new_zeros((b, block_size, values.shape[-1]))
+        for j in range(t_k):
+            if j * block_size > q_pos[rows - 1]:
+                break
+            tiles += 1
+            k_pos = j * block_size + torch.arange(block_size)
+            s = (q_blocks[:, i] @ k_blocks[:, j].transpose(-1, -2)).masked_fill(
+                (k_pos[None] > q_pos[:, None]) | (k_pos[None] >= n_k), -math.inf)
+            new_top = torch.maximum(top, s.amax(-1, keepdim=True))
+            p, c = torch.exp(s - new_top), torch.exp(top - new_top)
+            total, acc, top = total * c + p.sum(-1, keepdim=True), acc * c + p @ v_blocks[:, j], new_top
+        out[:, i * block_size:i * block_size + rows] = (acc / total)[:, :rows]
+    return out, tiles
+
+
+alternatives.add("padded to whole blocks",
+                 "inputs padded with zeros to whole blocks and viewed as blocks (the memory bound allows it)",
+                 _tiled_checked(_alt_tiled_padded))
+
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
@@ -566,12 +487,13 @@ register(Exercise(
               seed=7, compare=_tiled_within_the_budget,
               hint="this check compares the output and the tile count first (the reason above says which "
                    "differs, if any); once they are right, no tensor created along the way may hold more than "
-                   "batch x max(num_queries, num_keys) x max(block_size, d, d_v) entries, which a tile respects "
-                   "and the whole score matrix does not."),
+                   "batch x N x max(block_size, d, d_v) entries (N: the larger number of tokens rounded up to "
+                   "whole blocks), which a tile respects and the whole score matrix does not."),
         Check("tile by tile at random sizes (hidden)", _tiled_hidden_memory_calls, public=False,
               compare=_tiled_within_the_budget,
-              hint="no tensor created along the way may hold more than batch x max(num_queries, num_keys) x "
-                   "max(block_size, d, d_v) entries; the output and the tile count are compared first."),
+              hint="no tensor created along the way may hold more than batch x N x max(block_size, d, d_v) "
+                   "entries (N: the larger number of tokens rounded up to whole blocks); the output and the tile "
+                   "count are compared first."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),
