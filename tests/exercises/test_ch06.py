@@ -574,3 +574,132 @@ def test_ch06_ex5_the_course_mask_passed_to_sdpa_unchanged_is_named():
 
     assert_mistake("ch06_ex5", sdpa_with_course_mask,
                    "the course's mask passed unchanged to F.scaled_dot_product_attention")
+
+
+# ------------------------------------------------------------------ ch06_ex8: sdpa_masks
+
+def _course_attention(q, k, v, mask):
+    """The course's masked attention, by hand: hidden scores to -inf, softmax over the keys."""
+    scores = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    return (weights @ v.double()).to(q.dtype)
+
+
+def _ex8_calls(seeds=(0, 1, 2, 3, 11, 2026, 7)):
+    ex = get_exercise("ch06_ex8")
+    return [call for check in ex.checks for seed in seeds for call in check.make_calls(seed)]
+
+
+def test_ch06_ex8_check_masks_broadcast_and_every_query_sees_a_key():
+    """The contract promises masks of at most two leading axes that broadcast over (batch,
+    num_heads), and no query whose keys are all hidden (SDPA and the course would have to agree
+    on such a row, which the contract leaves out)."""
+    calls = _ex8_calls(range(40))
+    dtypes = set()
+    for call in calls:
+        mask, dtype = call.args
+        assert mask.dtype == torch.bool and 2 <= mask.dim() <= 4, (mask.dtype, tuple(mask.shape))
+        assert not bool(mask.all(dim=-1).any()), f"a query sees no key in a mask of shape {tuple(mask.shape)}"
+        dtypes.add(dtype)
+    assert dtypes == {torch.float16, torch.float32, torch.float64}
+
+
+def _masks_by_hand(mask, dtype):
+    visible = ~mask
+    additive = torch.zeros(mask.shape, dtype=dtype)
+    additive[mask] = float("-inf")
+    return visible, additive
+
+
+def test_ch06_ex8_a_hand_written_answer_gives_the_course_attention_through_sdpa():
+    """What the checks stand for, computed apart from them: SDPA with a correct pair of masks
+    equals the course's masked attention, scores in the tens of thousands included; and the
+    same answer passes every check."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(5)
+    for call in _ex8_calls():
+        mask, dtype = call.args
+        if dtype == torch.float16:
+            continue  # CPU float16 rounds differently from the float64 computation by hand
+        lead = (1,) * (4 - mask.dim()) + tuple(mask.shape[:-2])
+        b, h = (max(size, 2) for size in lead[:2])
+        q = torch.randn(b, h, mask.shape[-2], 4, generator=g, dtype=dtype) * 3e4
+        k = torch.randn(b, h, mask.shape[-1], 4, generator=g, dtype=dtype)
+        v = torch.randn(b, h, mask.shape[-1], 3, generator=g, dtype=dtype)
+        want = _course_attention(q, k, v, mask)
+        for attn_mask in _masks_by_hand(mask, dtype):
+            got = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    passes_everywhere("ch06_ex8", _masks_by_hand)
+
+
+def _ex8_not_inverted(mask, dtype):
+    return mask, torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, -math.inf)
+
+
+def _ex8_minus_1e4(mask, dtype):
+    return mask.logical_not(), torch.where(mask, -1e4, 0.0).to(dtype)
+
+
+def _ex8_one_zero(mask, dtype):
+    return ~mask, mask.type(dtype)
+
+
+def _ex8_float32(mask, dtype):
+    return ~mask, torch.where(mask, -math.inf, 0.0)
+
+
+def _ex8_additive_inverted(mask, dtype):
+    return ~mask, torch.where(mask, 0.0, -math.inf).to(dtype)
+
+
+def _ex8_times_inf(mask, dtype):
+    return ~mask, -math.inf * mask.to(dtype)
+
+
+@pytest.mark.parametrize("obj,mistake", [
+    (_ex8_not_inverted, "boolean mask passed as it is"),
+    (_ex8_minus_1e4, "large finite negative (-1e4) for hidden keys"),
+    (_ex8_one_zero, "the boolean mask converted to 1/0"),
+    (_ex8_float32, "additive mask always float32"),
+    (_ex8_additive_inverted, "additive mask inverted"),
+    (_ex8_times_inf, "mask times -inf, NaN left in"),
+], ids=["not_inverted", "minus_1e4", "one_zero", "float32", "additive_inverted", "times_inf"])
+def test_ch06_ex8_each_mask_mistake_gets_its_own_hint(obj, mistake):
+    assert_mistake("ch06_ex8", obj, mistake)
+
+
+def test_ch06_ex8_minus_1e4_passes_at_ordinary_scores_and_fails_at_large_ones():
+    """A finite fill leaks only once scores reach its size: the check must use scores that large
+    (the float16 check alone, with ordinary scores, lets it through)."""
+    failed = failed_checks("ch06_ex8", _ex8_minus_1e4)
+    assert {r.check for r in failed} == {c.name for c in get_exercise("ch06_ex8").checks
+                                         if c.public and "float16" not in c.name}
+
+
+def test_ch06_ex8_the_dtypes_smallest_float_is_accepted():
+    """torch.finfo(dtype).min (Hugging Face's fill) leaves hidden keys exactly zero weight for any
+    scores a float of that dtype can hold next to it: the contract's behaviour, so it passes."""
+    def finfo_min(mask, dtype):
+        return ~mask, torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, torch.finfo(dtype).min)
+    passes_everywhere("ch06_ex8", finfo_min)
+
+
+@pytest.mark.parametrize("obj", [
+    lambda mask, dtype: [~mask, torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, -math.inf)],
+    lambda mask, dtype: ((~mask).to(dtype), torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, -math.inf)),
+    lambda mask, dtype: (~mask.expand(2, 2, *mask.shape[-2:]),
+                         torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, -math.inf)
+                         .expand(2, 2, *mask.shape[-2:])),
+], ids=["a_list", "bool_mask_as_floats", "masks_expanded_to_batch_and_heads"])
+def test_ch06_ex8_loopholes_fail(obj):
+    """A list, a floating bool_mask (SDPA would add it) and masks not of mask's shape break the
+    contract, even where SDPA's output could agree."""
+    assert failed_checks("ch06_ex8", obj)
+
+
+def test_ch06_ex8_contract_makes_fully_hidden_rows_explicit():
+    from exercise_helpers import statement
+    text = " ".join(statement("ch06_ex8").split())
+    assert "the checks pass no query whose keys are all hidden" in text

@@ -44,4 +44,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex5_per_head_masked_attention,
     ex6_attention_layer_cost,
     ex7_head_contributions,
+    ex8_sdpa_masks,
 )
