@@ -461,3 +461,110 @@ def test_ch05_ex6_graded_cases_keep_what_their_hints_name():
         previous = exercise.checks[index["previous"]].make_calls(hidden_seed(seed, index["previous"]))
         mask = previous[0].args[0]
         assert not mask[0].any() and all(mask[i].nonzero().flatten().tolist() == [i - 1] for i in range(1, len(mask)))
+
+
+# ======================================== ch05_ex7
+
+def _decode_by_hand(layer, x_new, cache):
+    # Written from the statement: project the new token, grow the cache, attend over all of it.
+    k = torch.cat([cache[0], layer.W_key(x_new)], dim=1)
+    v = torch.cat([cache[1], layer.W_value(x_new)], dim=1)
+    w = torch.softmax(layer.W_query(x_new) @ k.transpose(1, 2) / math.sqrt(k.shape[-1]), dim=-1)
+    return w @ v, (k, v)
+
+
+def test_ch05_ex7_steps_chained_on_their_own_caches_reproduce_the_full_causal_pass():
+    """The statement's promise, checked without the reference: a hand-written step fed a random
+    sequence token by token, each step given the cache the step before returned, gives layer(x)
+    row by row (layer in eval mode with dropout 0.5), and the same answer passes every check."""
+    from attention_course import multihead as mh
+    from exercise_helpers import passes_everywhere
+    for seed, (batch, n, d_in, d_out, bias) in enumerate([(2, 6, 4, 3, False), (3, 9, 5, 7, True), (1, 1, 2, 2, True)]):
+        torch.manual_seed(seed)
+        layer = mh.CausalAttention(d_in, d_out, n, 0.5, qkv_bias=bias).eval()
+        x = torch.randn(batch, n, d_in)
+        cache = (torch.zeros(batch, 0, d_out), torch.zeros(batch, 0, d_out))
+        rows = []
+        with torch.no_grad():
+            for t in range(n):
+                context, cache = _decode_by_hand(layer, x[:, t:t + 1], cache)
+                assert cache[0].shape == cache[1].shape == (batch, t + 1, d_out)
+                rows.append(context)
+            full = layer(x)
+        assert torch.allclose(torch.cat(rows, dim=1), full, atol=1e-6)
+        assert torch.allclose(cache[0], layer.W_key(x), atol=1e-6)
+    passes_everywhere("ch05_ex7", _decode_by_hand)
+
+
+def _step_variant(kind):
+    def decode_step(layer, x_new, cache):
+        keys, values = cache
+        k1, v1 = layer.W_key(x_new), layer.W_value(x_new)
+        keys2 = torch.cat([k1, keys] if kind == "front" else [keys, k1], dim=1)
+        values2 = torch.cat([v1, values] if kind == "front" else [values, v1], dim=1)
+        seen_k, seen_v = (keys, values) if kind == "past only" else (keys2, values2)
+        if kind == "twice":
+            seen_k, seen_v = torch.cat([keys2, k1], dim=1), torch.cat([values2, v1], dim=1)
+        d = x_new.shape[-1] if kind == "d_in" else seen_k.shape[-1]
+        s = layer.W_query(x_new) @ seen_k.transpose(1, 2) / d ** 0.5
+        if kind == "row 0":
+            s = s.masked_fill(layer.mask[0, :s.shape[-1]], float("-inf"))
+        out = torch.softmax(s, dim=-1) @ seen_v
+        return out, ((keys, values) if kind == "not grown" else (keys2, values2))
+    return decode_step
+
+
+@pytest.mark.parametrize("kind,mistake", [
+    ("not grown", "cache not grown"),
+    ("past only", "new token's own key and value left out"),
+    ("twice", "new token attended twice"),
+    ("d_in", "scaled by the square root of d_in"),
+    ("row 0", "top-left row of the layer's mask"),
+    ("front", "new key and value put first in the cache"),
+])
+def test_ch05_ex7_each_mistake_written_by_hand_gets_its_own_hint(kind, mistake):
+    assert_mistake("ch05_ex7", _step_variant(kind), mistake)
+    for seed in (11, 2026):
+        assert failed_checks("ch05_ex7", _step_variant(kind), seed), (kind, seed)
+
+
+def test_ch05_ex7_the_layer_on_the_new_token_alone_fails():
+    """Calling the whole layer on the new token (it then sees only itself) ignores the cache: the
+    sequence check and the given-cache check fail it, with the check's neutral hint."""
+    def alone(layer, x_new, cache):
+        return layer(x_new), (torch.cat([cache[0], layer.W_key(x_new)], 1), torch.cat([cache[1], layer.W_value(x_new)], 1))
+    lines = [r.line() for r in failed_checks("ch05_ex7", alone)]
+    assert any("5 tokens" in line for line in lines) and any("not made by the layer" in line for line in lines), lines
+
+
+def test_ch05_ex7_dropout_applied_although_the_layer_is_in_eval_mode_fails():
+    """The layer comes in eval mode with dropout 0.5: functional dropout with its default
+    training=True drops weights anyway, and the checks see it."""
+    def dropped(layer, x_new, cache):
+        context, grown = _decode_by_hand(layer, x_new, cache)
+        k, v = grown
+        w = torch.softmax(layer.W_query(x_new) @ k.transpose(1, 2) / math.sqrt(k.shape[-1]), dim=-1)
+        return torch.nn.functional.dropout(w, layer.dropout.p) @ v, grown
+    assert failed_checks("ch05_ex7", dropped)
+
+
+def test_ch05_ex7_a_list_for_the_cache_fails_the_stated_tuple():
+    def as_list(layer, x_new, cache):
+        context, (k, v) = _decode_by_hand(layer, x_new, cache)
+        return context, [k, v]
+    assert len(failed_checks("ch05_ex7", as_list)) == 3
+
+
+def test_ch05_ex7_every_drawn_case_keeps_d_in_and_d_out_apart():
+    """Where d_in == d_out the scale's size could not tell the two apart: no case draws them equal,
+    and the given cache is never the layer's projection of anything (it has its own size t)."""
+    from attention_course.checks.plan import hidden_seed
+    exercise = get_exercise("ch05_ex7")
+    for index, check in enumerate(exercise.checks):
+        for seed in (check.seed, hidden_seed(11, index), hidden_seed(2026, index), hidden_seed(7, index)):
+            for call in check.make_calls(seed):
+                layer, x_new, (keys, values) = call.args
+                d_in, d_out = layer["init_args"][:2]
+                assert d_in != d_out and x_new.shape[1:] == (1, d_in), (check.name, seed)
+                assert keys.shape == values.shape and keys.shape[-1] == d_out
+                assert keys.shape[1] < layer["init_args"][2]       # position t fits the layer's context

@@ -10,6 +10,12 @@ stack of layers can depend on which input tokens when every layer uses one atten
 (``allowed`` True = may attend, the opposite of the chapter's masks); the page only tests one
 layer. One check compares with bumps of a real stack of float64 attention layers.
 
+ch05_ex7, ``decode_step(layer, x_new, cache)`` (TRANSFER): one generation step of a causal layer
+with a key-value cache (the page never writes one): the new token's context vector and the cache
+grown by its key and value, so that steps fed token by token reproduce ``layer(x)`` row by row. The
+layer is passed as the course's ``multihead.CausalAttention`` in eval mode; one check passes a cache
+no layer made, so the cache must be used as given.
+
 Conventions fixed by this chapter (stated in each exercise's contract):
 
 * A boolean attention mask is ``True`` where a query must **not** attend to a key
@@ -48,4 +54,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex4_offset_causal_mask,
     ex5_diagnose_dropout,
     ex6_stacked_influence,
+    ex7_decode_step,
 )
