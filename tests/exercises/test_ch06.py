@@ -671,19 +671,26 @@ def test_ch06_ex8_each_mask_mistake_gets_its_own_hint(obj, mistake):
 
 
 def test_ch06_ex8_minus_1e4_passes_at_ordinary_scores_and_fails_at_large_ones():
-    """A finite fill leaks only once scores reach its size: the check must use scores that large
-    (the float16 check alone, with ordinary scores, lets it through)."""
+    """A finite fill leaks only once scores reach its size: every public check uses scores that large
+    (float16's at its extremes)."""
     failed = failed_checks("ch06_ex8", _ex8_minus_1e4)
-    assert {r.check for r in failed} == {c.name for c in get_exercise("ch06_ex8").checks
-                                         if c.public and "float16" not in c.name}
+    assert {r.check for r in failed} == {c.name for c in get_exercise("ch06_ex8").checks if c.public}
 
 
-def test_ch06_ex8_the_dtypes_smallest_float_is_accepted():
-    """torch.finfo(dtype).min (Hugging Face's fill) leaves hidden keys exactly zero weight for any
-    scores a float of that dtype can hold next to it: the contract's behaviour, so it passes."""
+def test_ch06_ex8_the_dtypes_smallest_float_fails_in_float16_with_its_hint():
+    """torch.finfo(dtype).min (Hugging Face's fill) looked safe and passed every check; a blind solver
+    showed SDPA in float16 giving a hidden key the weight (mask [[False, True]], q = 1, keys -30,000 and
+    40,000: output 5.0 instead of 1.0). The contract says exactly zero however large the score, so the
+    float16 checks now use scores at float16's extremes."""
     def finfo_min(mask, dtype):
         return ~mask, torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, torch.finfo(dtype).min)
-    passes_everywhere("ch06_ex8", finfo_min)
+    q, k, v = (torch.tensor([[[[1.0]]]], dtype=torch.float16), torch.tensor([[[[-30000.0], [40000.0]]]], dtype=torch.float16),
+               torch.tensor([[[[1.0], [5.0]]]], dtype=torch.float16))
+    leaked = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=finfo_min(torch.tensor([[False, True]]), torch.float16)[1])
+    assert float(leaked) == 5.0  # the hidden key won: the fill is not enough here
+    failed = failed_checks("ch06_ex8", finfo_min)
+    assert failed and all("float16" in r.check for r in failed), [r.line() for r in failed]
+    assert_mistake("ch06_ex8", finfo_min, "the dtype's smallest number for hidden keys")
 
 
 @pytest.mark.parametrize("obj", [

@@ -76,11 +76,13 @@ def _shared_calls(seed):
 
 
 def _per_head_calls(seed):
-    # One mask per head, in float16.
+    # One mask per head, in float16; then a causal mask, whose key 0 every query sees (for the scores at
+    # float16's extremes of _compare_masks).
     g = gen(seed)
     h, nq, nk = (3, 4, 6) if seed == _PUBLIC_SEED else (randint(g, 2, 4), randint(g, 2, 5), randint(g, 2, 7))
     mask = torch.rand(h, nq, nk, generator=g) < 0.5
-    return [Call(args=(_some_key_visible(mask, g), torch.float16))]
+    n = 4 if seed == _PUBLIC_SEED else randint(g, 3, 6)
+    return [Call(args=(_some_key_visible(mask, g), torch.float16)), Call(args=(_causal(n, n), torch.float16))]
 
 
 def _padding_calls(seed):
@@ -98,7 +100,10 @@ def _hidden_calls(seed):
     nq, nk = randint(g, 1, 6), randint(g, 1, 7)
     mask = torch.rand(*lead, nq, nk, generator=g) < 0.5
     dtype = (torch.float16, torch.float32, torch.float64)[randint(g, 0, 2)]
-    return [Call(args=(_some_key_visible(mask, g), dtype))]
+    calls = [Call(args=(_some_key_visible(mask, g), dtype))]
+    if dtype == torch.float16:
+        calls.append(Call(args=(_causal(randint(g, 2, 6), randint(g, 6, 8)), dtype)))
+    return calls
 
 
 def _tolerance(dtype):
@@ -115,6 +120,23 @@ def _qkv(mask, dtype, index, scale):
     k = torch.randn(batch, heads, nk, 4, generator=g, dtype=torch.float64)
     v = torch.randn(batch, heads, nk, 3, generator=g, dtype=torch.float64)
     return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _extremes(mask, dtype, index, hidden=40000.0, seen=-30000.0):
+    """q, k, v of head size 1 whose scores span float16's range: 40,000 for every key some query may not
+    see, -30,000 for the keys every query sees, so a hidden key outscores a visible one by more than 65,504
+    (float16's largest number): a finite fill, even the dtype's smallest, lets that key through. None when
+    no key is seen by every query or nothing is hidden."""
+    always = ~mask.reshape(-1, mask.shape[-1]).any(dim=0)
+    if not bool(always.any()) or not bool(mask.any()):
+        return None
+    lead = (1,) * (4 - mask.dim()) + tuple(mask.shape[:-2])
+    batch, heads = (size if size > 1 else 2 for size in lead[:2])
+    nq, nk = mask.shape[-2], mask.shape[-1]
+    q = torch.ones(batch, heads, nq, 1, dtype=dtype)
+    k = torch.where(always, seen, hidden).to(dtype).reshape(1, 1, nk, 1).expand(batch, heads, nk, 1)
+    v = torch.randn(batch, heads, nk, 3, generator=gen(9_000 + 31 * index + nk), dtype=torch.float64).to(dtype)
+    return q, k.contiguous(), v
 
 
 def _run_sdpa(q, k, v, attn_mask):
@@ -152,12 +174,19 @@ def _compare_masks(got, want, calls):
                 return f"{where}{name} must have the shape of mask, {shape_of(wt)}, got {shape_of(gt)}"
             if torch.equal(gt, wt):
                 continue
-            scales = (1.0,) if dtype == torch.float16 else (1.0, 3e4)
+            scales = (1.0, "large", "extremes") if dtype == torch.float16 else (1.0, 3e4)
             for scale in scales:
-                q, k, v = _qkv(mask, dtype, i, scale)
+                drawn = (_extremes(mask, dtype, i) if scale == "extremes" else
+                         _extremes(mask, dtype, i, 20000.0, -20000.0) if scale == "large" else
+                         _qkv(mask, dtype, i, scale))
+                if drawn is None:
+                    continue
+                q, k, v = drawn
                 out_w, _ = _run_sdpa(q, k, v, wt)
                 out_g, error = _run_sdpa(q, k, v, gt)
-                scores = "" if scale == 1.0 else ", scores in the tens of thousands"
+                scores = "" if scale == 1.0 else ", scores in the tens of thousands" + (
+                    {"extremes": " (40,000 for hidden keys, -30,000 for the keys every query sees)",
+                     "large": " (20,000 for hidden keys, -20,000 for the keys every query sees)"}.get(scale, ""))
                 case = (f"F.scaled_dot_product_attention(q, k, v, attn_mask={name}) with q {shape_of(q)}, "
                         f"k {shape_of(k)}, v {shape_of(v)} of dtype {dtype}{scores}, mask {shape_of(mask)}")
                 if out_g is None:
@@ -197,6 +226,14 @@ def _sm_not_inverted(mask, dtype):
                "scores.")
 def _sm_minus_1e4(mask, dtype):
     return ~mask, torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, -1e4)
+
+
+@mistakes.keep("the dtype's smallest number for hidden keys",
+               "your additive_mask adds the dtype's smallest number (torch.finfo(dtype).min) to hidden keys: in "
+               "float16 that is -65,504, and a hidden key whose score is more than 65,504 above a visible one's "
+               "still wins; its weight must be exactly zero whatever the scores.")
+def _sm_finfo_min(mask, dtype):
+    return ~mask, torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, torch.finfo(dtype).min)
 
 
 @mistakes.keep("the boolean mask converted to 1/0",
