@@ -448,6 +448,108 @@ def test_ch02_ex6_open_question_has_a_reference_answer_in_its_solution_block():
     assert text[answers[0]].splitlines()[0][:60] not in student
 
 
+# ======================================== ch02_ex7
+
+# ---- ch02_ex7: the answer read off the full fit is the leave-one-out fit computed from scratch
+
+def loo_residual_form(values, fitted, self_weights):
+    # a student's answer: the leave-one-out residual is the training residual over 1 - a_ii
+    residual = (values - fitted) / (1 - self_weights)
+    return values - residual, (residual * residual).mean(dim=-1)
+
+
+def _gaussian_fit_and_loo(keys, values, width):
+    """The full fit, its self weights, and the leave-one-out fit recomputed from scratch (the
+    point's own score set to -inf, softmax over the others), all in float64."""
+    scores = -(keys[:, None] - keys[None, :]) ** 2 / (2 * width ** 2)
+    full = torch.softmax(scores, dim=1)
+    left_out = torch.softmax(scores.masked_fill(torch.eye(len(keys), dtype=torch.bool), -math.inf), dim=1)
+    return full @ values, torch.diagonal(full), left_out @ values
+
+
+def test_ch02_ex7_an_answer_read_off_the_full_fit_equals_leave_one_out_from_scratch():
+    from attention_course.data import make_regression_1d
+    data = make_regression_1d(num_train=40, seed=5)
+    keys, values = data.x_train.double(), data.y_train.double()
+    for width in (0.08, 0.25, 1.5):
+        fitted, own, from_scratch = _gaussian_fit_and_loo(keys, values, width)
+        predictions, mse = loo_residual_form(values, fitted, own)
+        assert torch.allclose(predictions, from_scratch, atol=1e-9)
+        assert math.isclose(mse.item(), ((from_scratch - values) ** 2).mean().item(), rel_tol=1e-9)
+    passes_everywhere("ch02_ex7", loo_residual_form)
+
+
+# ---- ch02_ex7: each kept mistake, written by hand, gets its own hint
+
+def loo_training_fit(values, fitted, self_weights):
+    return fitted, ((fitted - values) ** 2).mean(dim=-1)
+
+
+def loo_own_vote_dropped(values, fitted, self_weights):
+    rest = fitted - self_weights * values
+    return rest, ((rest - values) ** 2).mean(dim=-1)
+
+
+def loo_mean_first_axis(values, fitted, self_weights):
+    predictions = (fitted - self_weights * values) / (1 - self_weights)
+    return predictions, ((predictions - values) ** 2).mean(0)
+
+
+def loo_factor_not_squared(values, fitted, self_weights):
+    predictions = (fitted - self_weights * values) / (1 - self_weights)
+    return predictions, (((values - fitted) ** 2) / (1 - self_weights)).mean(dim=-1)
+
+
+@pytest.mark.parametrize("answer, mistake", [
+    (loo_training_fit, "the point itself not left out"),
+    (loo_own_vote_dropped, "own vote removed, not renormalised"),
+    (loo_mean_first_axis, "averaged over the fits"),
+    (loo_factor_not_squared, "the factor applied once to a square"),
+], ids=["ch02_ex7-training-fit", "ch02_ex7-not-renormalised", "ch02_ex7-mean-over-fits",
+        "ch02_ex7-factor-once"])
+def test_ch02_ex7_each_mistake_gets_its_own_hint(answer, mistake):
+    assert_mistake("ch02_ex7", answer, mistake)
+    assert failed_hidden_somewhere("ch02_ex7", answer)
+
+
+# ---- ch02_ex7: loopholes: one mean over everything, a sum for the mean, a float32 result
+
+def loo_one_mean_over_everything(values, fitted, self_weights):
+    predictions = (fitted - self_weights * values) / (1 - self_weights)
+    return predictions, ((predictions - values) ** 2).mean()
+
+
+def loo_summed(values, fitted, self_weights):
+    predictions = (fitted - self_weights * values) / (1 - self_weights)
+    return predictions, ((predictions - values) ** 2).sum(dim=-1)
+
+
+def loo_always_float32(values, fitted, self_weights):
+    predictions = (fitted.float() - self_weights.float() * values.float()) / (1 - self_weights.float())
+    return predictions, ((predictions - values.float()) ** 2).mean(dim=-1)
+
+
+@pytest.mark.parametrize("answer", [loo_one_mean_over_everything, loo_summed, loo_always_float32],
+                         ids=["ch02_ex7-one-mean", "ch02_ex7-summed", "ch02_ex7-float32"])
+def test_ch02_ex7_loopholes_fail_a_public_check_and_at_grading(answer):
+    assert failed_checks("ch02_ex7", answer)
+    assert failed_hidden_somewhere("ch02_ex7", answer)
+
+
+def test_ch02_ex7_open_question_has_a_reference_answer_in_its_solution_block():
+    root = Path(__file__).resolve().parents[2]
+    cells = json.loads((root / "solutions" / "02_nadaraya_watson.ipynb").read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells]
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch02_ex7" in t)
+    end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
+    answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
+               and "solution-only" in cells[i]["metadata"].get("tags", [])]
+    assert len(answers) == 1, answers
+    student = (root / "chapters" / "02_nadaraya_watson.ipynb").read_text()
+    assert text[answers[0]].splitlines()[0][:60] not in student
+    assert "markdown cell of your own" in statement("ch02_ex7")
+
+
 # ======================================== ch02_ex1 to ch02_ex5: every error check holds invalid calls only
 
 # A value bug keeps the points of the error checks, since every error check of ch02_ex1 to

@@ -15,6 +15,10 @@
   Gaussian pooling with a width per query, the distance to its ``num_neighbors``-th
   nearest key (repeated keys counted), and the mean of the values on the query where
   that width is 0; the chapter only uses one global width.
+* ``ch02_ex7`` – ``loo_from_full_fit(values, fitted, self_weights)``: TRANSFER. The
+  leave-one-out predictions and error read off the full fit and the self weights (any
+  normalised kernel, several fits at once): the derivation of why the plain training error
+  collapses at width 0, turned into code (the chapter recomputes leave-one-out from scratch).
 
 The references below must behave like the solution notebook's exercise cells
 (``tests/test_exercises.py`` runs both through the same checks). Where float32
@@ -34,4 +38,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex4_width_choices,
     ex5_local_linear,
     ex6_knn_width_pooling,
+    ex7_loo_from_full_fit,
 )
