@@ -23,7 +23,8 @@ def _same(a, b) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+        return a.shape == b.shape and a.dtype == b.dtype and (torch.equal(a, b) or (  # NaN equals NaN here
+            a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):

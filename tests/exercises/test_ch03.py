@@ -339,6 +339,150 @@ def test_ch03_ex7_statement_says_plainly_that_no_check_can_tell_autograd():
     assert not failed_checks("ch03_ex7", by_autograd), [r.line() for r in failed_checks("ch03_ex7", by_autograd)]
 
 
+# ------------------------------------------------------------------------------------ ch03_ex8
+
+def _ex8_reference():
+    return next(e for e in all_exercises(3) if e.label == "ch03_ex8").reference
+
+
+def test_ch03_ex8_reference_on_cases_made_by_hand():
+    """Two sequences, 3 keys, lengths (0, 2), one query each: each label from weights written by hand,
+    and the order of the labels where two apply."""
+    lens = torch.tensor([0, 2])
+    good = torch.tensor([[[0.0, 0.0, 0.0]], [[0.25, 0.75, 0.0]]])
+    finite = torch.zeros(2, 1, 3)
+    nan_grads = finite.clone()
+    nan_grads[0] = float("nan")
+    label = _ex8_reference()
+    assert label(good, finite, lens) == "correct"
+    assert label(good.double(), finite.double(), lens[:, None]) == "correct"          # 2-D lengths
+    assert label(good, nan_grads, lens) == "nan_gradient"
+    nan_weights = good.clone()
+    nan_weights[0] = float("nan")
+    assert label(nan_weights, nan_grads, lens) == "nan_weights"                        # first in order
+    uniform = good.clone()
+    uniform[0] = 1 / 3
+    assert label(uniform, finite, lens) == "weights_on_empty_row"
+    leak = torch.tensor([[[0.0, 0.0, 0.0]], [[0.25, 0.75, 1e-14]]])
+    assert label(leak, finite, lens) == "weight_on_masked_keys"                       # however small
+    short = torch.tensor([[[0.0, 0.0, 0.0]], [[0.25, 0.70, 0.0]]])
+    assert label(short, nan_grads, lens) == "rows_not_normalised"                      # before the gradient
+    within = torch.tensor([[[0.0, 0.0, 0.0]], [[0.25, 0.75 + 5e-5, 0.0]]])
+    assert label(within, finite, lens) == "correct"                                    # sums within 1e-4
+
+
+def test_ch03_ex8_a_finite_fill_that_leaks_exactly_zero_is_correct():
+    """The contract judges numbers, not methods: a -1e9 fill with the empty rows zeroed afterwards gives
+    exact zeros at the masked keys and a zero gradient, so it is "correct"; a -1e6 fill left alone puts
+    uniform weights on the empty row."""
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 3, 4, generator=g)
+    lens = torch.tensor([[0, 1, 4], [2, 0, 3]])
+    keep = torch.arange(4) < lens[..., None]
+    probe = torch.randn(2, 3, 4, generator=g)
+
+    def observe(fill, zero_empty):
+        leaf = scores.clone().requires_grad_(True)
+        weights = torch.softmax(leaf.masked_fill(~keep, fill), dim=-1)
+        if zero_empty:
+            weights = weights.masked_fill(lens[..., None] == 0, 0.0)
+        (weights * probe).sum().backward()
+        return weights.detach(), leaf.grad
+
+    assert _ex8_reference()(*observe(-1e9, True), lens) == "correct"
+    assert _ex8_reference()(*observe(-1e6, False), lens) == "weights_on_empty_row"
+
+
+def test_ch03_ex8_finite_weights_only_gets_the_gradient_hint():
+    """A student tests the weights with isfinite and never reads grads: the additive -inf mask passes
+    for "correct", and the hint says that the gradients are part of the diagnosis."""
+    def weights_only(weights, grads, valid_lens):
+        rows = weights.reshape(-1, weights.shape[-1])
+        lens = valid_lens.reshape(weights.shape[0], -1).expand(weights.shape[:2]).reshape(-1)
+        if not torch.isfinite(rows).all():
+            return "nan_weights"
+        for row, n in zip(rows, lens.tolist()):
+            if n == 0 and row.abs().sum() > 0:
+                return "weights_on_empty_row"
+        for row, n in zip(rows, lens.tolist()):
+            if n > 0 and (row[n:] != 0).any():
+                return "weight_on_masked_keys"
+        for row, n in zip(rows, lens.tolist()):
+            if n > 0 and abs(float(row.sum()) - 1) > 1e-4:
+                return "rows_not_normalised"
+        return "correct"
+
+    assert_mistake("ch03_ex8", weights_only, "NaN looked for in the weights only")
+
+
+def test_ch03_ex8_allclose_to_zero_at_masked_keys_gets_the_tolerance_hint():
+    """torch.allclose with its default atol (1e-8) calls a leak of 1e-14 zero."""
+    def allclose_zero(weights, grads, valid_lens):
+        b, q, k = weights.shape
+        lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
+        pad = torch.arange(k) >= lens[..., None]
+        empty = (lens == 0)[..., None]
+        zeros = torch.zeros_like(weights)
+        if torch.isnan(weights).any():
+            return "nan_weights"
+        if not torch.allclose(torch.where(empty, weights, zeros), zeros):
+            return "weights_on_empty_row"
+        if not torch.allclose(torch.where(pad & ~empty, weights, zeros), zeros):
+            return "weight_on_masked_keys"
+        if ((weights.sum(-1) - 1).abs() > 1e-4)[~empty[..., 0]].any():
+            return "rows_not_normalised"
+        return "nan_gradient" if torch.isnan(grads).any() else "correct"
+
+    assert_mistake("ch03_ex8", allclose_zero, "masked weights compared with a tolerance")
+
+
+def test_ch03_ex8_gradient_looked_at_first_fails():
+    """A loophole: the labels are right, but NaN gradients are tested before the weights, so the plain
+    -inf fill (NaN weights and NaN gradients) gets "nan_gradient"; and a constant answer fails."""
+    def gradient_first(weights, grads, valid_lens):
+        if torch.isnan(grads).any():
+            return "nan_gradient"
+        b, q, k = weights.shape
+        lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
+        empty = lens == 0
+        if (weights[empty] != 0).any():
+            return "weights_on_empty_row"
+        if (weights[(torch.arange(k) >= lens[..., None]) & ~empty[..., None]] != 0).any():
+            return "weight_on_masked_keys"
+        if ((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any():
+            return "rows_not_normalised"
+        return "correct"
+
+    assert len(failed_checks("ch03_ex8", gradient_first)) == 3
+    assert len(failed_checks("ch03_ex8", lambda weights, grads, valid_lens: "correct")) == 3
+
+
+def test_ch03_ex8_set_of_findings_passes_everywhere():
+    """A correct answer in another style: every finding collected per row into a set, the first of the
+    contract's order returned."""
+    order = ["nan_weights", "weights_on_empty_row", "weight_on_masked_keys", "rows_not_normalised",
+             "nan_gradient"]
+
+    def findings(weights, grads, valid_lens):
+        b, q, k = weights.shape
+        lens = valid_lens.view(b, -1).expand(b, q)
+        seen = set()
+        for (i, j), n in zip(torch.cartesian_prod(torch.arange(b), torch.arange(q)).tolist(), lens.flatten().tolist()):
+            w = weights[i, j].double()
+            if w.isnan().any():
+                seen.add(order[0])
+            elif n == 0 and w.count_nonzero():
+                seen.add(order[1])
+            elif n > 0 and w[n:].count_nonzero():
+                seen.add(order[2])
+            elif n > 0 and (w.sum() - 1).abs() > 1e-4:
+                seen.add(order[3])
+            if grads[i, j].isnan().any():
+                seen.add(order[4])
+        return min(seen, key=order.index) if seen else "correct"
+
+    passes_everywhere("ch03_ex8", findings)
+
 # ------------------------------------------------------------- every check hint of the chapter
 
 @pytest.mark.parametrize("exercise", all_exercises(3), ids=lambda e: e.label)

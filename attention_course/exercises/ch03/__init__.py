@@ -16,6 +16,13 @@ ch03_ex7  query_jacobian(queries, keys, values) -> (m, d_v, d): d output / d que
           recomputes it); they cannot forbid autograd, so the statement asks for the formula.
           Centring one side is enough (sum_i a_i (k_i - kbar) = 0): "values not centred" is a kept
           alternative, not a mistake
+ch03_ex8  diagnose_masking(weights, grads, valid_lens) -> one of six labels: what is wrong with a
+          masked softmax, judged only from what it returned on a batch with an empty row (NaN
+          weights, weights on an empty row, exact leaks onto masked keys, rows not summing to 1,
+          NaN gradients, or "correct"); a diagnosis (TRANSFER: the page prints the failures one at a
+          time, never how to tell them apart from plain data). The checks pass the outputs of seven
+          implementations kept in the module (the package's, a -1e9 fill with empty rows zeroed,
+          which is "correct", and five broken ones)
 
 The references of ex1-ex3 are the finished building blocks of
 :mod:`attention_course.functional`. A row whose valid length is 0 gets all-zero
@@ -43,4 +50,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex5_bilinear_attention,
     ex6_unit_variance_scale,
     ex7_query_jacobian,
+    ex8_diagnose_masking,
 )

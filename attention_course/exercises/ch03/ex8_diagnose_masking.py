@@ -1,0 +1,340 @@
+r"""ch03_ex8: Diagnosing a masked softmax from its weights and gradients.
+
+The chapter shows several ways a masked softmax goes wrong, some of them only on a row whose
+valid length is 0, some only in the backward pass. Here you see no code, only what one
+implementation produced on one batch. Write `diagnose_masking(weights, grads, valid_lens)`,
+which names what is wrong with it.
+
+- `valid_lens`: an integer tensor of shape `(batch,)` (one length per sequence) or
+  `(batch, num_queries)` (one length per query), with values from 0 to `num_keys`: the lengths
+  the implementation was called with. At least one row has valid length 0.
+- `weights`: a float tensor (`float32` or `float64`) of shape `(batch, num_queries, num_keys)`:
+  what the implementation returned for some scores and these `valid_lens`.
+- `grads`: a tensor of the same shape and dtype: the gradient, with respect to the scores, of
+  the loss `(weights * probe).sum()`, where `probe` is a fixed tensor of random numbers.
+- A row is one pair `(b, i)`; its valid length `n` is `valid_lens[b]` or `valid_lens[b, i]`.
+  Return the first of these strings that applies, in this order:
+  1. `"nan_weights"`: some weight is NaN;
+  2. `"weights_on_empty_row"`: a row with `n = 0` has a weight that is not exactly 0 (the
+     chapter's convention: such a row is all zeros);
+  3. `"weight_on_masked_keys"`: a row with `n >= 1` has a weight that is not exactly 0 at a key
+     position `j >= n`. Exactly: a leak counts however small it is (a finite fill such as -30
+     leaks weights of about 1e-14);
+  4. `"rows_not_normalised"`: the weights of a row with `n >= 1` sum to a number further than
+     `1e-4` from 1;
+  5. `"nan_gradient"`: some entry of `grads` is NaN;
+  6. `"correct"`: none of the above. The label judges the numbers, not the method: an
+     implementation whose weights and gradients are right gets `"correct"` whatever it does
+     inside.
+"""
+from __future__ import annotations
+
+import torch
+
+from ... import functional as F_att
+from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
+from .._kit import Kept, gen, randint
+
+mistakes = Kept(Mistake)
+alternatives = Kept(Alternative)
+
+
+# The reference ----------------------------------------------------------------------------
+
+
+def diagnose_masking(weights, grads, valid_lens):
+    """The contract's six tests, vectorised over the rows, in the contract's order."""
+    batch, num_queries, num_keys = weights.shape
+    lens = valid_lens.reshape(batch, -1).expand(batch, num_queries)     # one length per row
+    masked = torch.arange(num_keys) >= lens[..., None]                   # (batch, q, k)
+    empty = lens == 0
+    if bool(torch.isnan(weights).any()):
+        return "nan_weights"
+    if bool((weights[empty] != 0).any()):
+        return "weights_on_empty_row"
+    if bool((weights[masked & ~empty[..., None]] != 0).any()):
+        return "weight_on_masked_keys"
+    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
+        return "rows_not_normalised"
+    if bool(torch.isnan(grads).any()):
+        return "nan_gradient"
+    return "correct"
+
+
+# Inputs of the public and hidden checks ---------------------------------------------------
+
+# The implementations whose outputs the checks pass, each with the label the contract gives it.
+
+
+def _keep(scores, valid_lens):
+    return F_att.valid_mask(valid_lens, scores.shape[1], scores.shape[2])
+
+
+def _minus_inf(scores, valid_lens):
+    return torch.softmax(scores.masked_fill(~_keep(scores, valid_lens), float("-inf")), dim=-1)
+
+
+def _finite_fill(value, zero_empty_rows):
+    def impl(scores, valid_lens):
+        keep = _keep(scores, valid_lens)
+        weights = torch.softmax(scores.masked_fill(~keep, value), dim=-1)
+        if zero_empty_rows:
+            weights = weights.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)
+        return weights
+    return impl
+
+
+def _mask_after(scores, valid_lens):
+    return torch.softmax(scores, dim=-1).masked_fill(~_keep(scores, valid_lens), 0.0)
+
+
+def _additive(scores, valid_lens):
+    keep = _keep(scores, valid_lens)
+    minus_inf_or_zero = torch.zeros(keep.shape, dtype=scores.dtype).masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores + minus_inf_or_zero, dim=-1).masked_fill(~keep, 0.0)
+
+
+IMPLEMENTATIONS = (
+    ("the course's masked softmax", F_att.masked_softmax, "correct"),
+    ("a -1e9 fill, empty rows zeroed", _finite_fill(-1e9, True), "correct"),
+    ("a -inf fill", _minus_inf, "nan_weights"),
+    ("a -1e6 fill (d2l)", _finite_fill(-1e6, False), "weights_on_empty_row"),
+    ("a -30 fill, empty rows zeroed", _finite_fill(-30.0, True), "weight_on_masked_keys"),
+    ("zeros written after a plain softmax", _mask_after, "rows_not_normalised"),
+    ("an additive -inf mask, zeros written after", _additive, "nan_gradient"),
+)
+
+
+def _observe(impl, scores, valid_lens, probe):
+    """One call: the weights and the gradient of (weights * probe).sum() with respect to the scores."""
+    leaf = scores.clone().requires_grad_(True)
+    weights = impl(leaf, valid_lens)
+    (weights * probe).sum().backward()
+    return Call(args=(weights.detach(), leaf.grad, valid_lens))
+
+
+def _lengths(g, batch, num_queries, num_keys, per_query):
+    """Lengths with an empty row and a short one (1 <= n <= num_keys - 2) always among them."""
+    if per_query:
+        lens = torch.randint(0, num_keys + 1, (batch, num_queries), generator=g)
+        lens[0, randint(g, 0, num_queries - 1)] = 0
+        lens[-1, randint(g, 0, num_queries - 1)] = randint(g, 1, num_keys - 2)
+    else:
+        lens = torch.randint(0, num_keys + 1, (batch,), generator=g)
+        lens[randint(g, 0, batch - 1)] = 0
+        while bool((lens == 0).all()):
+            lens[randint(g, 0, batch - 1)] = randint(g, 1, num_keys - 2)
+        short = int(torch.nonzero(lens != 0)[0, 0])
+        lens[short] = randint(g, 1, num_keys - 2)
+    return lens
+
+
+def _batch_calls(per_query, dtype=torch.float32):
+    def make(seed):
+        g = gen(seed)
+        batch, num_queries, num_keys = randint(g, 2, 4), randint(g, 2, 4), randint(g, 3, 7)
+        # Scores within [-2, 2]: every padded key takes a visible share of a plain softmax.
+        scores = torch.randn(batch, num_queries, num_keys, generator=g, dtype=dtype).clamp(-2, 2)
+        probe = torch.randn(batch, num_queries, num_keys, generator=g, dtype=dtype)
+        lens = _lengths(g, batch, num_queries, num_keys, per_query)
+        return [_observe(impl, scores, lens, probe) for _, impl, _ in IMPLEMENTATIONS]
+    return make
+
+
+def _hidden_calls(seed):
+    g = gen(seed)
+    calls = []
+    for _, impl, _ in IMPLEMENTATIONS:
+        dtype = (torch.float32, torch.float64)[randint(g, 0, 1)]
+        batch, num_queries, num_keys = randint(g, 2, 5), randint(g, 1, 5), randint(g, 3, 9)
+        scores = torch.randn(batch, num_queries, num_keys, generator=g, dtype=dtype).clamp(-2, 2)
+        probe = torch.randn(batch, num_queries, num_keys, generator=g, dtype=dtype)
+        lens = _lengths(g, batch, num_queries, num_keys, per_query=bool(randint(g, 0, 1)))
+        calls.append(_observe(impl, scores, lens, probe))
+    return calls
+
+
+# Kept mistakes, each with its hint --------------------------------------------------------
+
+
+def _rows(weights, valid_lens):
+    """(lengths per row (batch, q), masked key positions (batch, q, k), empty rows (batch, q))."""
+    batch, num_queries, num_keys = weights.shape
+    lens = valid_lens.reshape(batch, -1).expand(batch, num_queries)
+    return lens, torch.arange(num_keys) >= lens[..., None], lens == 0
+
+
+@mistakes.keep("NaN looked for in the weights only",
+               "an implementation whose weights are right can still break training: an additive -inf mask "
+               "gives the right weights and a NaN gradient on an empty row. The gradients are part of the "
+               "diagnosis.")
+def _dm_weights_only(weights, grads, valid_lens):
+    _, masked, empty = _rows(weights, valid_lens)
+    if bool(torch.isnan(weights).any()):
+        return "nan_weights"
+    if bool((weights[empty] != 0).any()):
+        return "weights_on_empty_row"
+    if bool((weights[masked & ~empty[..., None]] != 0).any()):
+        return "weight_on_masked_keys"
+    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
+        return "rows_not_normalised"
+    return "correct"
+
+
+@mistakes.keep("masked weights compared with a tolerance",
+               "a masked key must get weight exactly 0: a finite fill such as -30 leaks weights of about "
+               "1e-14, too small for a tolerance like 1e-6 to see, and the contract counts such a leak.")
+def _dm_tolerance(weights, grads, valid_lens):
+    _, masked, empty = _rows(weights, valid_lens)
+    if bool(torch.isnan(weights).any()):
+        return "nan_weights"
+    if bool((weights[empty].abs() > 1e-6).any()):
+        return "weights_on_empty_row"
+    if bool((weights[masked & ~empty[..., None]].abs() > 1e-6).any()):
+        return "weight_on_masked_keys"
+    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
+        return "rows_not_normalised"
+    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+
+
+@mistakes.keep("empty rows judged like the others",
+               "a row of valid length 0 has every key masked, so uniform weights there also put weight on "
+               "masked keys; the contract tests the empty rows first and names that case on its own.")
+def _dm_empty_rows_last(weights, grads, valid_lens):
+    _, masked, empty = _rows(weights, valid_lens)
+    if bool(torch.isnan(weights).any()):
+        return "nan_weights"
+    if bool((weights[masked] != 0).any()):                      # empty rows included
+        return "weight_on_masked_keys"
+    if bool((weights[empty] != 0).any()):
+        return "weights_on_empty_row"
+    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
+        return "rows_not_normalised"
+    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+
+
+@mistakes.keep("NaN compared with ==",
+               "NaN is not equal to anything, itself included, so a comparison with float('nan') is always "
+               "False and never finds one; torch has a test made for NaN.")
+def _dm_nan_equality(weights, grads, valid_lens):
+    _, masked, empty = _rows(weights, valid_lens)
+    if bool((weights == float("nan")).any()):
+        return "nan_weights"
+    if bool((weights[empty] != 0).any()):
+        return "weights_on_empty_row"
+    if bool((weights[masked & ~empty[..., None]] != 0).any()):
+        return "weight_on_masked_keys"
+    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
+        return "rows_not_normalised"
+    return "nan_gradient" if bool((grads == float("nan")).any()) else "correct"
+
+
+@mistakes.keep("every row required to sum to 1",
+               "by the chapter's convention a row of valid length 0 sums to 0, not 1; only rows with at least "
+               "one valid key must sum to 1.")
+def _dm_all_rows_sum(weights, grads, valid_lens):
+    _, masked, empty = _rows(weights, valid_lens)
+    if bool(torch.isnan(weights).any()):
+        return "nan_weights"
+    if bool((weights[empty] != 0).any()):
+        return "weights_on_empty_row"
+    if bool((weights[masked & ~empty[..., None]] != 0).any()):
+        return "weight_on_masked_keys"
+    if bool(((weights.sum(dim=-1) - 1).abs() > 1e-4).any()):   # empty rows included
+        return "rows_not_normalised"
+    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+
+
+# Kept alternatives (correct answers in other styles) --------------------------------------
+
+
+@alternatives.keep("Python loops over rows", "one row at a time in Python floats, then the first label found")
+def _dm_alt_loops(weights, grads, valid_lens):
+    batch, num_queries, num_keys = weights.shape
+    found = set()
+    for b in range(batch):
+        for i in range(num_queries):
+            n = int(valid_lens[b] if valid_lens.dim() == 1 else valid_lens[b, i])
+            row = weights[b, i].tolist()
+            if any(w != w for w in row):
+                found.add("nan_weights")
+            elif n == 0:
+                if any(w != 0.0 for w in row):
+                    found.add("weights_on_empty_row")
+            else:
+                if any(w != 0.0 for w in row[n:]):
+                    found.add("weight_on_masked_keys")
+                if abs(sum(row) - 1.0) > 1e-4:
+                    found.add("rows_not_normalised")
+            if any(x != x for x in grads[b, i].tolist()):
+                found.add("nan_gradient")
+    order = ("nan_weights", "weights_on_empty_row", "weight_on_masked_keys", "rows_not_normalised",
+             "nan_gradient")
+    return next((label for label in order if label in found), "correct")
+
+
+@alternatives.keep("flattened rows in float64", "rows flattened with repeat_interleave'd lengths, float64, "
+                   "a table of tests walked in order")
+def _dm_alt_flat(weights, grads, valid_lens):
+    num_queries, num_keys = weights.shape[1], weights.shape[2]
+    w = weights.double().reshape(-1, num_keys)
+    lens = (torch.repeat_interleave(valid_lens, num_queries) if valid_lens.dim() == 1
+            else valid_lens.reshape(-1))
+    pad = torch.arange(num_keys)[None, :] >= lens[:, None]
+    full = lens > 0
+    tests = [
+        ("nan_weights", lambda: w.isnan().any()),
+        ("weights_on_empty_row", lambda: w[~full].ne(0).any()),
+        ("weight_on_masked_keys", lambda: torch.where(pad & full[:, None], w, 0.0).ne(0).any()),
+        ("rows_not_normalised", lambda: (w[full].sum(1) - 1).abs().max() > 1e-4),
+        ("nan_gradient", lambda: grads.isnan().any()),
+    ]
+    return next((label for label, test in tests if bool(test())), "correct")
+
+
+@alternatives.keep("counts and sums of the masked weights", "masks turned into counts with einsum-free sums; "
+                   "nan_to_num to keep NaN out of the later tests")
+def _dm_alt_counts(weights, grads, valid_lens):
+    batch, num_queries, num_keys = weights.shape
+    lens = valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens
+    lens = lens.expand(batch, num_queries)
+    valid = (torch.arange(num_keys) < lens.unsqueeze(-1)).to(weights.dtype)
+    nan_count = int(weights.isnan().sum())
+    clean = weights.nan_to_num(0.0)
+    nonzero = (clean != 0).to(weights.dtype)
+    empty = (lens == 0).to(weights.dtype)
+    on_empty = float((nonzero.sum(-1) * empty).sum())
+    on_padding = float((nonzero * (1 - valid)).sum(-1).mul(1 - empty).sum())
+    off_by = ((clean.sum(-1) - 1).abs() * (1 - empty)).max()
+    if nan_count:
+        return "nan_weights"
+    if on_empty:
+        return "weights_on_empty_row"
+    if on_padding:
+        return "weight_on_masked_keys"
+    if float(off_by) > 1e-4:
+        return "rows_not_normalised"
+    return "nan_gradient" if int(grads.isnan().sum()) else "correct"
+
+
+# Registration -----------------------------------------------------------------------------
+
+_HINT = ("this check passes what {} implementations of the masked softmax returned on one batch ({}), one call "
+         "each, and compares your label; the reason above says which call got another label.")
+
+register(Exercise(
+    label="ch03_ex8", title="Diagnosing a masked softmax from its weights and gradients",
+    name="diagnose_masking", reference=diagnose_masking, points=2,
+    checks=[
+        Check("seven implementations, 1-D valid_lens (one length per sequence), float32", _batch_calls(False),
+              seed=0, hint=_HINT.format(len(IMPLEMENTATIONS), "1-D valid_lens, float32")),
+        Check("seven implementations, 2-D valid_lens (one length per query), float32", _batch_calls(True),
+              seed=1, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float32")),
+        Check("seven implementations, 2-D valid_lens, float64", _batch_calls(True, torch.float64),
+              seed=2, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float64")),
+        Check("random sizes, dtypes and forms of valid_lens (hidden)", _hidden_calls, public=False,
+              hint=_HINT.format(len(IMPLEMENTATIONS), "a batch of its own for each, random sizes and dtype")),
+    ],
+    mistakes=list(mistakes),
+    alternatives=list(alternatives),
+))
