@@ -135,7 +135,7 @@ def test_ch08_stored_log_says_what_the_prose_says():
     text = _text_after_training_cell()
     for claim in ("the loss is still falling", "the exact match is far below the chapter's target of 95 %",
                   "the translations above still get digits wrong",
-                  "a few hundredths in the loss and by several points in the exact match"):
+                  "a few hundredths in the loss and several points in the exact match"):
         assert claim in text, f"the text after the training cell no longer says {claim!r}: update the test"
     _check_prose(_stored(), "the log stored in solutions/08_transformer.ipynb")
 
