@@ -94,8 +94,18 @@ def _additive(scores, valid_lens):
     return torch.softmax(scores + minus_inf_or_zero, dim=-1).masked_fill(~keep, 0.0)
 
 
+def _minus_inf_empty_rows_apart(scores, valid_lens):
+    # Correct as the chapter's masked softmax is (not that function itself: a release withholds it,
+    # and these calls are drawn wherever the checks run): -inf fill, empty rows given a finite row
+    # first, then every masked weight set to exactly 0.
+    keep = _keep(scores, valid_lens)
+    has_key = keep.any(dim=-1, keepdim=True)
+    filled = scores.masked_fill(~keep, float("-inf")).masked_fill(~has_key, 0.0)
+    return torch.softmax(filled, dim=-1).masked_fill(~keep, 0.0)
+
+
 IMPLEMENTATIONS = (
-    ("the course's masked softmax", F_att.masked_softmax, "correct"),
+    ("a -inf fill, empty rows set apart", _minus_inf_empty_rows_apart, "correct"),
     ("a -1e9 fill, empty rows zeroed", _finite_fill(-1e9, True), "correct"),
     ("a -inf fill", _minus_inf, "nan_weights"),
     ("a -1e6 fill (d2l)", _finite_fill(-1e6, False), "weights_on_empty_row"),
