@@ -490,3 +490,35 @@ def test_ch03_check_hints_describe_rather_than_blame(exercise):
     for check in exercise.checks:
         for words in BLAMING:
             assert words not in check.hint.lower(), (exercise.label, check.name, words)
+
+
+def _diagnosis_in_order(order):
+    """A hand-written diagnosis that tests the rules in ``order`` (names of the contract's labels)."""
+    def diagnose(weights, grads, valid_lens):
+        batch, num_queries, num_keys = weights.shape
+        lens = valid_lens.reshape(batch, -1).expand(batch, num_queries)
+        empty, masked = lens == 0, torch.arange(num_keys) >= lens[..., None]
+        found = {
+            "nan_weights": bool(torch.isnan(weights).any()),
+            "weights_on_empty_row": bool((weights[empty] != 0).any()),
+            "weight_on_masked_keys": bool((weights[masked & ~empty[..., None]] != 0).any()),
+            "rows_not_normalised": bool(((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any()),
+            "nan_gradient": bool(torch.isnan(grads).any()),
+        }
+        return next((label for label in order if found[label]), "correct")
+    return diagnose
+
+
+CONTRACT_ORDER = ["nan_weights", "weights_on_empty_row", "weight_on_masked_keys", "rows_not_normalised",
+                  "nan_gradient"]
+
+
+@pytest.mark.parametrize("swap", [1, 2, 3])
+def test_ch03_ex8_rules_tested_in_another_order_fail(swap):
+    """A blind solver swapped neighbouring rules and passed every check: no input showed two failures at
+    once. Three implementations now show two each (an empty row and a leak; a leak and rows not summing
+    to 1; rows not summing to 1 and NaN gradients)."""
+    passes_everywhere("ch03_ex8", _diagnosis_in_order(CONTRACT_ORDER))
+    order = list(CONTRACT_ORDER)
+    order[swap], order[swap + 1] = order[swap + 1], order[swap]
+    assert failed_checks("ch03_ex8", _diagnosis_in_order(order))

@@ -104,6 +104,13 @@ def _minus_inf_empty_rows_apart(scores, valid_lens):
     return torch.softmax(filled, dim=-1).masked_fill(~keep, 0.0)
 
 
+def _scaled(impl, factor):
+    def scaled(scores, valid_lens):
+        return impl(scores, valid_lens) * factor
+    return scaled
+
+
+# The last three show two failures at once, so that the order of the rules is tested too.
 IMPLEMENTATIONS = (
     ("a -inf fill, empty rows set apart", _minus_inf_empty_rows_apart, "correct"),
     ("a -1e9 fill, empty rows zeroed", _finite_fill(-1e9, True), "correct"),
@@ -112,6 +119,11 @@ IMPLEMENTATIONS = (
     ("a -30 fill, empty rows zeroed", _finite_fill(-30.0, True), "weight_on_masked_keys"),
     ("zeros written after a plain softmax", _mask_after, "rows_not_normalised"),
     ("an additive -inf mask, zeros written after", _additive, "nan_gradient"),
+    ("a -30 fill, empty rows kept", _finite_fill(-30.0, False), "weights_on_empty_row"),
+    ("a -30 fill, empty rows zeroed, weights times 0.9", _scaled(_finite_fill(-30.0, True), 0.9),
+     "weight_on_masked_keys"),
+    ("an additive -inf mask, zeros written after, weights times 0.9", _scaled(_additive, 0.9),
+     "rows_not_normalised"),
 )
 
 
@@ -336,11 +348,11 @@ register(Exercise(
     label="ch03_ex8", title="Diagnosing a masked softmax from its weights and gradients",
     name="diagnose_masking", reference=diagnose_masking, points=2,
     checks=[
-        Check("seven implementations, 1-D valid_lens (one length per sequence), float32", _batch_calls(False),
+        Check("ten implementations, 1-D valid_lens (one length per sequence), float32", _batch_calls(False),
               seed=0, hint=_HINT.format(len(IMPLEMENTATIONS), "1-D valid_lens, float32")),
-        Check("seven implementations, 2-D valid_lens (one length per query), float32", _batch_calls(True),
+        Check("ten implementations, 2-D valid_lens (one length per query), float32", _batch_calls(True),
               seed=1, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float32")),
-        Check("seven implementations, 2-D valid_lens, float64", _batch_calls(True, torch.float64),
+        Check("ten implementations, 2-D valid_lens, float64", _batch_calls(True, torch.float64),
               seed=2, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float64")),
         Check("random sizes, dtypes and forms of valid_lens (hidden)", _hidden_calls, public=False,
               hint=_HINT.format(len(IMPLEMENTATIONS), "a batch of its own for each, random sizes and dtype")),
