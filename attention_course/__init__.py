@@ -10,6 +10,12 @@ The **course library**, what the chapter notebooks import in their setup cells:
 * :mod:`attention_course.translation`  – Chapter 7's date tasks and GRU encoder-decoder, with or without attention
 * :mod:`attention_course.transformer`  – Chapter 8's Transformer, built on :mod:`~attention_course.multihead`
 * :mod:`attention_course.efficient`    – Chapter 9: tiled attention, peak memory, the key-value cache
+* :mod:`attention_course.rope_scaling` – Chapter 10: RoPE and its context extensions as changes of frequencies
+* :mod:`attention_course.windowed`     – Chapter 10: sliding windows, the ring-buffer cache, attention sinks
+* :mod:`attention_course.linear_attention` – Chapter 10: the (gated) delta rule, recurrent, parallel and chunked
+* :mod:`attention_course.score_mods`   – Chapter 10: ALiBi, soft-capping, document masks; FlexAttention on CPU
+* :mod:`attention_course.latent`       – Chapter 10: multi-head latent attention and its compressed cache
+* :mod:`attention_course.grouped`      – Chapter 10: multi-head / grouped-query attention with RoPE and windows
 * :mod:`attention_course.plotting`     – ``show_heatmaps`` and curves
 * ``pretrained/``                      – the weights and measured tables of Chapters 7 and 8 (written by ``bench/``)
 

@@ -28,7 +28,7 @@ PACKAGE = __name__.split(".")[0]
 
 # The library that notebooks import, in import order (a module comes after those it imports).
 LIBRARY = ("plotting", "data", "functional", "multihead", "dates", "translation", "transformer", "kv_cache",
-           "efficient")
+           "efficient", "rope_scaling", "windowed", "linear_attention", "score_mods", "latent", "grouped")
 # Shipped beside the library in every build: no answer in any of them.
 LIBRARY_SUPPORT = ("withheld", "sphinxext", "rooms")
 

@@ -126,6 +126,34 @@ def _fix_accessibility(app, exception):
             page.write_text(fixed, encoding="utf-8")
 
 
+_BARE_REDIRECT = re.compile(r'^\s*<meta http-equiv="Refresh" content="0; url=([^"]+)" />\s*$')
+
+
+def _complete_redirect_page(app, exception):
+    """sphinx-external-toc writes the site's ``index.html`` as a lone ``<meta>`` redirect to the
+    first page: no language and no title for a screen reader to announce while it loads (axe-core:
+    html-has-lang, document-title). Written out as a whole page, it redirects the same way."""
+    if exception is not None or app.builder.format != "html":
+        return
+    index = Path(app.outdir) / "index.html"
+    if not index.exists():
+        return
+    bare = _BARE_REDIRECT.match(index.read_text(encoding="utf-8"))
+    if not bare:
+        return
+    import html
+    target = html.escape(bare.group(1))
+    title = html.escape(app.config.html_title or app.config.project or "Course")
+    lang = html.escape(app.config.language or "en")
+    index.write_text(
+        "<!DOCTYPE html>\n"
+        f'<html lang="{lang}">\n<head>\n<meta charset="utf-8" />\n<title>{title}</title>\n'
+        f'<meta http-equiv="Refresh" content="0; url={target}" />\n'
+        f'<link rel="icon" href="favicon.ico" />\n</head>\n'
+        f'<body>\n<p>The course starts at <a href="{target}">{title}</a>.</p>\n</body>\n</html>\n',
+        encoding="utf-8")
+
+
 def _unreleased_reference(app, env, node, contnode):
     """In an instructor's release, a reference to a chapter not released reads as plain text
     (``chapter 5, not released yet``) instead of failing the build."""
@@ -155,4 +183,6 @@ def setup(app):
     app.connect("doctree-resolved", _hide_solution_markers)
     app.connect("build-finished", _ship_student_notebooks)
     app.connect("build-finished", _fix_accessibility)
+    # After sphinx-external-toc has written the redirect page (priority 500).
+    app.connect("build-finished", _complete_redirect_page, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -333,3 +333,24 @@ def test_the_largest_tensor_report_does_not_import_torch_dynamo():
     from pathlib import Path
     root = str(Path(__file__).resolve().parents[1])
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root, env={**os.environ, "PYTHONPATH": root})
+
+
+def test_a_kept_mistake_that_warns_prints_nothing_of_the_course_code_under_a_check(capsys):
+    """A blind solver saw a check print a UserWarning with the path of ch04_ex1's module and a line of its
+    kept mistake (`.T` on a batch, which torch warns about). The course's own code runs silenced; only
+    the student's answer may warn."""
+    import warnings
+
+    def scaled(inputs):  # wrong (scaled by sqrt(d_in)) and silent, so every kept mistake is tried, on batches too
+        if inputs.dim() < 2:
+            raise ValueError("inputs")
+        weights = torch.softmax(inputs @ inputs.transpose(-2, -1) / inputs.shape[-1] ** 0.5, dim=-1)
+        return weights, weights.transpose(-2, -1) @ inputs
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check("ch04_ex1", scaled, thorough=True)
+    printed = capsys.readouterr()
+    from_the_course = [w for w in caught if "attention_course" in str(w.filename)]
+    assert from_the_course == [], [f"{w.filename}: {w.message}" for w in from_the_course]
+    assert "attention_course/exercises" not in printed.out + printed.err
+    assert "✗" in printed.out  # the answer did fail, so the kept mistakes ran

@@ -21,7 +21,7 @@ import inspect
 
 import pytest
 
-from attention_course import functional, multihead, transformer
+from attention_course import functional, multihead, rope_scaling, transformer
 from attention_course.checks.checking import run_checks
 from attention_course.checks.registry import get_exercise
 
@@ -30,10 +30,11 @@ LIBRARY_ANSWERS = [
     ("ch03_ex1", None, functional.masked_softmax),
     ("ch03_ex2", None, functional.scaled_dot_product_attention),
     ("ch03_ex3", None, functional.AdditiveAttention),
-    ("ch04_ex5", "the course library's transformer.sinusoidal_encoding", transformer.sinusoidal_encoding),
+    ("ch04_ex4", "the course library's transformer.sinusoidal_encoding", transformer.sinusoidal_encoding),
+    ("ch04_ex6", "the course library's rope_scaling.apply_rope", rope_scaling.apply_rope),
     ("ch05_ex3", "the course library's multihead.CausalAttention", multihead.CausalAttention),
-    ("ch06_ex3", "the course library's multihead.MultiHeadAttention", multihead.MultiHeadAttention),
-    ("ch06_ex3", "the course library's multihead.SDPAMultiHeadAttention", multihead.SDPAMultiHeadAttention),
+    ("ch06_ex2", "the course library's multihead.MultiHeadAttention", multihead.MultiHeadAttention),
+    ("ch06_ex2", "the course library's multihead.SDPAMultiHeadAttention", multihead.SDPAMultiHeadAttention),
     ("ch08_ex2", "package layer", transformer.MaskedMultiHeadAttention),
     ("ch08_ex3", "the course library's transformer.DecoderBlock", transformer.DecoderBlock),
     ("ch08_ex4", "measured on the package's model", transformer.Transformer),

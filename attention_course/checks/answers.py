@@ -35,11 +35,10 @@ LIBRARY_ANSWERS = {
     "ch03_ex1": ("functional.masked_softmax", "translation.masked_softmax"),
     "ch03_ex2": ("functional.scaled_dot_product_attention",),
     "ch03_ex3": ("functional.AdditiveAttention",),
-    "ch04_ex5": ("transformer.sinusoidal_encoding",),
+    "ch04_ex4": ("transformer.sinusoidal_encoding",),
     "ch05_ex1": ("transformer.causal_mask",),
     "ch05_ex3": ("multihead.CausalAttention",),
-    "ch06_ex3": ("multihead.MultiHeadAttention", "multihead.SDPAMultiHeadAttention"),
-    "ch07_ex3": ("translation.Seq2Seq",),  # its greedy() decodes as the exercise asks
+    "ch06_ex2": ("multihead.MultiHeadAttention", "multihead.SDPAMultiHeadAttention"),
     "ch08_ex2": ("transformer.MaskedMultiHeadAttention",),
     "ch08_ex3": ("transformer.DecoderBlock",),
 }

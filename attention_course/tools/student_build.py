@@ -35,11 +35,10 @@ student's own answer is not in that notebook). The release then stops and names 
 release that chapter after the exercise's deadline (open its answers in ``course.yml``), or
 make the exercise practice. The same holds in the exercise's own chapter for a piece that the
 student's answer cannot stand in for (named otherwise, or with a wider contract than the
-exercise's, :data:`WIDER_CONTRACT`): chapter 7's worked examples train ``translation.Seq2Seq``
-(ch07_ex3); chapter 8's build ``MaskedMultiHeadAttention`` (ch08_ex2) and train
-``tf.Transformer``, whose blocks are ``DecoderBlock`` (ch08_ex3). A release of chapter 7 or 8
-makes those practice (tests/test_released_chapters_run.py releases chapters 4-9 in sequence and
-runs them).
+exercise's, :data:`WIDER_CONTRACT`): chapter 8's worked examples build ``MaskedMultiHeadAttention``
+(ch08_ex2) and train ``tf.Transformer``, whose blocks are ``DecoderBlock`` (ch08_ex3). A release
+of chapter 8 makes those practice (tests/test_released_chapters_run.py releases chapters 4-9 in
+sequence and runs them).
 """
 from __future__ import annotations
 

@@ -81,17 +81,69 @@ def test_ch01_ex4_shift_over_every_key_is_caught_in_public_with_its_hint():
     """The trap the statement warns about (issue 26): a max shift over all keys, switched-off ones
     included, turns the row of a query whose nearest key has salience 0 into 0/0. A public check
     catches it and names it."""
-    def shift_over_every_key(queries, keys, salience, temperature=1.0):
+    def shift_over_every_key(queries, keys, salience, temperature=1.0, warned=None):
         if temperature <= 0:
             raise ValueError("temperature must be positive")
         if (salience < 0).any() or (salience == 0).all():
             raise ValueError("salience must be non-negative with a positive entry")
+        if warned is not None:
+            louder = salience.clone()
+            louder[warned] *= 5
+            moves = shift_over_every_key(queries, keys, louder, temperature) - \
+                shift_over_every_key(queries, keys, salience, temperature)
+            return int(moves.abs().sum(1).argmax())
         scores = -((queries[:, None] - keys[None]) ** 2).sum(-1) / temperature
         top = scores.max(dim=1, keepdim=True).values
         weighted = salience * torch.exp(scores - top)
         return weighted / weighted.sum(dim=1, keepdim=True)
 
     assert_mistake("ch01_ex4", shift_over_every_key, "shifted by the maximum over every key")
+
+
+def _student_cued(queries, keys, salience, temperature=1.0):
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    if (salience < 0).any() or not (salience > 0).any():
+        raise ValueError("salience must be non-negative with a positive entry")
+    return torch.softmax(-torch.cdist(queries, keys) ** 2 / temperature + salience.log(), dim=-1)
+
+
+def test_ch01_ex4_the_query_nearest_the_warned_station_is_named():
+    """Issue 40, item 5: the chapter's question is checked. The first guess, the query nearest to the
+    warned key, gets the hint that says why its row barely moves; the hint gives no index."""
+    def nearest(queries, keys, salience, temperature=1.0, warned=None):
+        if warned is None:
+            return _student_cued(queries, keys, salience, temperature)
+        return int(torch.cdist(queries, keys[warned:warned + 1])[:, 0].argmin())
+
+    assert_mistake("ch01_ex4", nearest, "the query nearest to the warned key")
+    for seed in (11, 2026):
+        assert failed_checks("ch01_ex4", nearest, seed, first_failure=True), seed
+    hint = mistake_hint("ch01_ex4", "the query nearest to the warned key")
+    assert "(2, 2)" not in hint and "index 1" not in hint
+
+
+def test_ch01_ex4_the_question_answered_by_the_weights_before_and_after_passes_everywhere():
+    """Any correct way to answer: here every row's move computed in a loop from two calls."""
+    def by_rows(queries, keys, salience, temperature=1.0, warned=None):
+        if warned is None:
+            return _student_cued(queries, keys, salience, temperature)
+        louder = torch.where(torch.arange(len(salience)) == warned, 5 * salience, salience)
+        before, after = by_rows(queries, keys, salience, temperature), by_rows(queries, keys, louder, temperature)
+        moves = [float((a - b).abs().sum()) for a, b in zip(after, before)]
+        return max(range(len(moves)), key=lambda q: moves[q])
+
+    passes_everywhere("ch01_ex4", by_rows)
+
+
+def test_ch01_ex4_a_constant_answer_to_the_question_fails():
+    """The stations' answer (query 1) is not an answer at grading: the queries come in another order."""
+    def always_one(queries, keys, salience, temperature=1.0, warned=None):
+        return 1 if warned is not None else _student_cued(queries, keys, salience, temperature)
+
+    assert not failed_checks("ch01_ex4", always_one)
+    for seed in (11, 2026):
+        assert failed_checks("ch01_ex4", always_one, seed), seed
 
 
 # ------------------------------------------------------------- ch01_ex5: zero_temperature_weights
@@ -134,8 +186,9 @@ def _student_gaps(queries, keys):
     return d2 - d2.min(dim=1, keepdim=True).values
 
 
-def _student_bisection(queries, keys, target, low=1e-3, high=1e3, nan_on_ties=True):
-    """A student's bisection on tau in a fixed interval, as first written."""
+def _student_bisection(queries, keys, target, coldest=False, low=1e-3, high=1e3, nan_on_ties=True):
+    """A student's bisection on tau in a fixed interval, as first written (with coldest=True: the
+    index of the smallest temperature)."""
     gaps = _student_gaps(queries, keys)
     out = []
     for row in gaps:
@@ -148,6 +201,8 @@ def _student_bisection(queries, keys, target, low=1e-3, high=1e3, nan_on_ties=Tr
             peak = 1 / torch.exp(-row / mid).sum().item()
             lo, hi = (mid, hi) if peak > target else (lo, mid)
         out.append(math.sqrt(lo * hi))
+    if coldest:
+        return min(range(len(out)), key=lambda q: out[q])
     return torch.tensor(out, dtype=queries.dtype)
 
 
@@ -156,8 +211,8 @@ def test_ch01_ex6_fixed_interval_is_named():
 
 
 def test_ch01_ex6_no_nan_on_ties_is_named():
-    def no_nan(queries, keys, target):
-        return _student_bisection(queries, keys, target, low=1e-6, high=1e6, nan_on_ties=False)
+    def no_nan(queries, keys, target, coldest=False):
+        return _student_bisection(queries, keys, target, coldest, low=1e-6, high=1e6, nan_on_ties=False)
 
     assert_mistake("ch01_ex6", no_nan, "a tie never gives nan")
 
@@ -165,8 +220,8 @@ def test_ch01_ex6_no_nan_on_ties_is_named():
 def test_ch01_ex6_wide_interval_passes_everywhere():
     """Widening the fixed interval far enough is a correct answer: the checks compare the largest
     weights at the returned temperatures, not one way of finding them."""
-    def wide(queries, keys, target):
-        return _student_bisection(queries, keys, target, low=1e-8, high=1e8)
+    def wide(queries, keys, target, coldest=False):
+        return _student_bisection(queries, keys, target, coldest, low=1e-8, high=1e8)
 
     passes_everywhere("ch01_ex6", wide)
 
@@ -177,6 +232,20 @@ def test_ch01_ex6_returning_the_reference_tau_rounded_badly_fails():
         return _student_bisection(queries, keys, target, low=1e-8, high=1e8) * 1.01
 
     assert failed_checks("ch01_ex6", off_by_one_percent)
+
+
+def test_ch01_ex6_the_query_nearest_to_a_station_is_named():
+    """Issue 40, item 5: the chapter's question (which query needs the smallest temperature) is checked;
+    answering with the query nearest to a key gets the hint on what the softmax ignores."""
+    def nearest(queries, keys, target, coldest=False):
+        if coldest:
+            return int(torch.cdist(queries, keys).amin(dim=1).argmin())
+        return _student_bisection(queries, keys, target, low=1e-8, high=1e8)
+
+    assert_mistake("ch01_ex6", nearest, "the query nearest to a key")
+    for seed in (11, 2026):
+        assert failed_checks("ch01_ex6", nearest, seed), seed
+
 
 
 # ------------------------------------------------------------- open questions of the chapter

@@ -171,7 +171,8 @@ def _choices_core(keys, values, test_queries, test_targets, candidates):
     test = -(test_queries[:, None] - keys) ** 2 / h2
     test_err = ((test.softmax(-1) @ values - test_targets) ** 2).mean(-1)
     c = candidates.reshape(-1)
-    return c[loo_err.argmin()].item(), c[test_err.argmin()].item(), loo_err, test_err
+    excess = (test_err[loo_err.argmin()] / test_err.min() - 1).item()
+    return c[loo_err.argmin()].item(), c[test_err.argmin()].item(), loo_err, test_err, excess
 
 
 def choices_candidates_any_shape(keys, values, test_queries, test_targets, candidates):
@@ -224,7 +225,8 @@ def _choices_wrong_scale(keys, values, test_queries, test_targets, candidates):
         t = -(test_queries[:, None] - keys) ** 2 / (2 * h)
         test.append(((t.softmax(-1) @ values - test_targets) ** 2).mean())
     loo, test = torch.stack(loo), torch.stack(test)
-    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test
+    excess = (test[loo.argmin()] / test.min() - 1).item()
+    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test, excess
 
 
 def choices_kernel_ratio32(keys, values, test_queries, test_targets, candidates):
@@ -240,7 +242,8 @@ def choices_kernel_ratio32(keys, values, test_queries, test_targets, candidates)
         kt = torch.exp(-(test_queries[:, None] - keys[None, :]) ** 2 / (2 * h * h))
         test.append(((kt @ values / kt.sum(1) - test_targets) ** 2).mean())
     loo, test = torch.stack(loo), torch.stack(test)
-    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test
+    excess = (test[loo.argmin()] / test[test.argmin()] - 1).item()
+    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test, excess
 
 
 def test_ch02_ex4_hints_do_not_blame_the_order():
@@ -250,6 +253,41 @@ def test_ch02_ex4_hints_do_not_blame_the_order():
         assert r.mistake is None and "no particular order; errors[j]" not in r.hint, (r.check, r.hint)
     assert_mistake("ch02_ex4", choices_kernel_ratio32, "float32 kernel over its sum")
     assert "numerically stable" in statement("ch02_ex4")
+
+
+# ---- ch02_ex4: the question (issue 40, item 5): excess, checked on data sets where the widths differ
+
+def _choices_with_excess(excess_of):
+    def answer(keys, values, test_queries, test_targets, candidates):
+        if candidates.dim() != 1 or candidates.numel() == 0 or (candidates <= 0).any():
+            raise ValueError("candidates must be a non-empty 1-D tensor of positive widths")
+        if keys.dim() != 1 or keys.shape != values.shape or len(keys) < 2:
+            raise ValueError("keys and values: 1-D, same length >= 2")
+        loo_width, test_width, loo_errors, test_errors, _ = _choices_core(keys, values, test_queries,
+                                                                          test_targets, candidates)
+        return loo_width, test_width, loo_errors, test_errors, excess_of(loo_errors, test_errors)
+    return answer
+
+
+def test_ch02_ex4_excess_as_a_plain_difference_is_named():
+    answer = _choices_with_excess(lambda loo, test: float(test[loo.argmin()] - test[test.argmin()]))
+    assert_mistake("ch02_ex4", answer, "excess as a difference")
+    for seed in (11, 2026):
+        assert failed_checks("ch02_ex4", answer, seed), seed
+
+
+def test_ch02_ex4_excess_measured_on_the_leave_one_out_errors_is_named():
+    answer = _choices_with_excess(lambda loo, test: float(loo[test.argmin()] / loo[loo.argmin()] - 1))
+    assert_mistake("ch02_ex4", answer, "excess from the leave-one-out errors")
+
+
+def test_ch02_ex4_excess_in_percent_fails_and_a_ratio_in_float64_passes():
+    """The contract asks for a fraction (0.25 for 25 %); computed in float64 from the float32 errors it
+    passes everywhere."""
+    percent = _choices_with_excess(lambda loo, test: 100 * float(test[loo.argmin()] / test.min() - 1))
+    assert failed_checks("ch02_ex4", percent)
+    ratio64 = _choices_with_excess(lambda loo, test: float(test.double()[loo.argmin()] / test.double().min()) - 1)
+    passes_everywhere("ch02_ex4", ratio64)
 
 
 # ======================================== ch02_ex5

@@ -224,7 +224,9 @@ def test_ch03_ex7_reference_agrees_with_jacrev_in_float64():
 def test_ch03_ex7_softmax_denominator_left_out_is_named():
     """A student differentiates a_i as if it moved with its own score only (d a_i / d q = a_i k_i / sqrt d):
     the hint names the missing centring, on every public check it fails."""
-    def own_score_only(queries, keys, values):
+    def own_score_only(queries, keys, values, factors=None):
+        if factors is not None:   # the question answered right (a mistake in the Jacobian only)
+            return _ex7_reference()(queries, keys, values, factors)
         if queries.shape[-1] != keys.shape[-1]:
             raise ValueError(f"queries of shape {tuple(queries.shape)} and keys of shape "
                              f"{tuple(keys.shape)} have different last sizes d")
@@ -245,10 +247,13 @@ def test_ch03_ex7_softmax_denominator_left_out_is_named():
 def test_ch03_ex7_values_centred_only_passes_everywhere():
     """Centring only the values is correct (sum_i a_i (v_i - o) = 0 removes the kbar term), and so is
     a float32 softmax written by hand with the max subtracted."""
-    def values_centred(queries, keys, values):
+    def values_centred(queries, keys, values, factors=None):
         if queries.shape[-1] != keys.shape[-1] or keys.shape[-2] != values.shape[-2]:
             raise ValueError(f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)} and values "
                              f"{tuple(values.shape)} do not fit")
+        if factors is not None:
+            sizes = [values_centred(f * queries, keys, values).norm().item() for f in factors]
+            return [f for _, f in sorted(zip(sizes, factors), reverse=True)]
         s = queries @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
         e = torch.exp(s - s.max(dim=-1, keepdim=True).values)
         a = e / e.sum(dim=-1, keepdim=True)
@@ -257,6 +262,47 @@ def test_ch03_ex7_values_centred_only_passes_everywhere():
                             keys) / math.sqrt(queries.shape[-1])
 
     passes_everywhere("ch03_ex7", values_centred)
+
+
+def _ex7_by_hand(queries, keys, values):
+    """A student's Jacobian, correct: a float64 loop over the queries (and over a batch axis)."""
+    if queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(f"queries {tuple(queries.shape)} and keys {tuple(keys.shape)}: last sizes differ")
+    if keys.shape[-2] != values.shape[-2]:
+        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)}: row counts differ")
+    if queries.dim() == 3:
+        return torch.stack([_ex7_by_hand(q, k, v) for q, k, v in zip(queries, keys, values)])
+    q, k, v = queries.double(), keys.double(), values.double()
+    a = torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1)
+    o, kbar = a @ v, a @ k
+    return torch.stack([sum(a[j, i] * torch.outer(v[i] - o[j], k[i] - kbar[j]) for i in range(len(k)))
+                        for j in range(len(q))]).to(queries.dtype) / math.sqrt(q.shape[-1])
+
+
+def test_ch03_ex7_larger_factor_larger_jacobian_is_named():
+    """Issue 40, item 5: the chapter's question (what happens to the Jacobian as the softmax saturates) is
+    checked as an ordering. The guess that longer queries, hence larger scores, move the output more gets
+    the hint of that kept mistake, in public and at grading."""
+    def steeper(queries, keys, values, factors=None):
+        if factors is not None:
+            return sorted(factors, reverse=True)
+        return _ex7_by_hand(queries, keys, values)
+
+    assert_mistake("ch03_ex7", steeper, "larger scores, larger Jacobian")
+    from exercise_helpers import failed_hidden_somewhere
+    assert failed_hidden_somewhere("ch03_ex7", steeper)
+
+
+def test_ch03_ex7_smallest_factor_first_fails_on_the_tie():
+    """Ordering by the factor, the smallest first, is right on the running example but not where two keys
+    tie at the top: there the Jacobian grows with the factor."""
+    def smaller_first(queries, keys, values, factors=None):
+        if factors is not None:
+            return sorted(factors)
+        return _ex7_by_hand(queries, keys, values)
+
+    failed = failed_checks("ch03_ex7", smaller_first)
+    assert [r.reason for r in failed] and all("call 2 of 2" in r.reason for r in failed), failed
 
 
 def test_ch03_ex7_open_question_has_a_reference_answer_in_its_solution_block():
@@ -324,7 +370,9 @@ def test_ch03_ex7_statement_says_plainly_that_no_check_can_tell_autograd():
     assert "Neither the checks nor the grader can tell how you computed your numbers" in text
     assert "not with autograd" in text
 
-    def by_autograd(queries, keys, values):
+    def by_autograd(queries, keys, values, factors=None):
+        if factors is not None:
+            return sorted(factors, key=lambda f: -float(by_autograd(f * queries, keys, values).norm()))
         if queries.shape[-1] != keys.shape[-1]:
             raise ValueError(f"queries of shape {tuple(queries.shape)} and keys of shape {tuple(keys.shape)}")
         if keys.shape[-2] != values.shape[-2]:
@@ -482,6 +530,46 @@ def test_ch03_ex8_set_of_findings_passes_everywhere():
         return min(seen, key=order.index) if seen else "correct"
 
     passes_everywhere("ch03_ex8", findings)
+
+
+def test_ch03_ex8_a_leak_looked_for_as_positive_only_gets_its_hint():
+    """A student writes `> 0` for a leak: one implementation leaks negative weights (about -1e-14) at
+    masked keys, and that call must get "weight_on_masked_keys", not "correct"."""
+    def positive_leak(weights, grads, valid_lens):
+        b, q, k = weights.shape
+        lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
+        if torch.isnan(weights).any():
+            return "nan_weights"
+        for i in range(b):
+            for j in range(q):
+                if int(lens[i, j]) == 0 and (weights[i, j] != 0).any():
+                    return "weights_on_empty_row"
+        for i in range(b):
+            for j in range(q):
+                n = int(lens[i, j])
+                if n > 0 and (weights[i, j, n:] > 0).any():
+                    return "weight_on_masked_keys"
+        sums = weights.sum(-1)
+        if ((sums - 1).abs() > 1e-4)[lens > 0].any():
+            return "rows_not_normalised"
+        return "nan_gradient" if torch.isnan(grads).any() else "correct"
+
+    assert_mistake("ch03_ex8", positive_leak, "a leak looked for as a positive weight only")
+    reasons = [r.reason for r in failed_checks("ch03_ex8", positive_leak)]
+    assert reasons and all("expected 'weight_on_masked_keys', got 'correct'" in r for r in reasons), reasons
+
+
+def test_ch03_ex8_a_wrong_label_is_named_beside_the_expected_one():
+    """The reason of a failed check names the call, the label the contract gives it and the answer's."""
+    def no_nan_test(weights, grads, valid_lens):
+        return "correct"
+
+    reasons = [r.reason for r in failed_checks("ch03_ex8", no_nan_test)]
+    assert len(reasons) == 3
+    assert all(r.startswith("call 3 of ") and r.endswith("expected 'nan_weights', got 'correct'")
+               for r in reasons), reasons
+    number = [r.reason for r in failed_checks("ch03_ex8", lambda weights, grads, valid_lens: 3)]
+    assert all("expected a str" in r for r in number), number
 
 # ------------------------------------------------------------- every check hint of the chapter
 

@@ -9,12 +9,18 @@ solver's files); the shared helpers are in ``tests/exercise_helpers.py``.
 
 Found by independent solvers: a score promised as a Python float (ch07_ex4); an answer whose
 output carries no gradient to the inputs is told so plainly (ch07_ex1). Found by the review of
-issue 19: ch07_ex3's public checks never made the model predict <eos> (an answer that stopped
-there, or padded after it, passed them all); ch07_ex4's reversed comparison was not named.
-Found by a later independent solver: a loop that stopped when every sequence predicted <eos>
-at the same step passed every check (ch07_ex3); a comparison of positions[i] with i was told
-it counted only strict increases (ch07_ex4).
+issue 19: ch07_ex4's reversed comparison was not named. Found by a later independent solver: a
+comparison of positions[i] with i was told it counted only strict increases (ch07_ex4). Issue 41
+replaced ch07_ex3 (a greedy decoder, a retype of the printed loop) by a beam search: its
+hand-made cases are tested here at 30 grading seeds, and an enumeration of every hypothesis
+agrees with it where the beam keeps every candidate. A blind solver then found that a pool of
+finished hypotheses (the beam refilled with unfinished ones) passed every check, and that a
+shrinking beam, every finished candidate kept, length-normalised scores and bos left out got no
+hint of their own: each is now kept, with a check that separates it.
 """
+import itertools
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -105,138 +111,226 @@ def test_ch07_ex1_no_gradient_to_the_inputs_is_said_plainly():
         [r.line() for r in failed]
 
 
-# ---- ch07_ex3: a model that predicts <eos> early, written by hand as a student would
+# ---- ch07_ex3: beam search (a transfer of the section on beam search), written by hand as a student would
 
-EOS_CHECK = "a model that predicts <eos> early in every sequence"
+def _beam_search(prefer_later=False, per_hypothesis=None, drop_finished=False, past_eos=False,
+                 count_eos=True, steps=0, keep_all_finished=False, per_token=False, skip_bos=False):
+    """A student's beam_search; every argument other than prefer_later makes it wrong on purpose.
+    ``prefer_later`` breaks ties the other way (both tie rules are correct)."""
+    def value(c):
+        return c[1] / len(c[0]) if per_token and c[0] else c[1]
+
+    def beam_search(log_probs, bos, eos, beam_size, max_len):
+        beam = {(): 0.0}
+        for t in range(max_len + steps):
+            grown = []
+            for hyp, score in beam.items():
+                if hyp and hyp[-1] == eos and not past_eos:
+                    if not drop_finished:
+                        grown.append((hyp, score))
+                    continue
+                row = log_probs[min(t, len(log_probs) - 1), hyp[-1] if hyp else bos]
+                mine = [(hyp + (v,), score + (float(row[v]) if v != eos or count_eos else 0.0))
+                        for v in range(len(row)) if not (drop_finished and v == eos)
+                        and not (skip_bos and v == bos)]
+                if per_hypothesis:
+                    mine = sorted(mine, key=lambda c: -c[1])[:per_hypothesis]
+                grown += mine
+            order = sorted(grown, key=lambda c: (value(c), c[0] if prefer_later else ()), reverse=True)
+            beam = dict(order if per_hypothesis else order[:beam_size])
+            if keep_all_finished:
+                beam.update((h, s) for h, s in order[beam_size:] if h[-1] == eos)
+        best = max(beam, key=lambda h: (value((h, beam[h])), h if prefer_later else ()))
+        return list(best), beam[best]
+    return beam_search
 
 
-def _eos_check_calls(seed):
+def _set_aside(shrink):
+    """A student's beam_search that moves each finished hypothesis out of the beam into a list of
+    its own; with ``shrink`` the beam also gives up a place for it, without it the beam is refilled
+    with unfinished ones. Both are wrong: the contract keeps finished hypotheses in the beam."""
+    def beam_search(log_probs, bos, eos, beam_size, max_len):
+        done, live, width = [], [((), 0.0)], beam_size
+        for t in range(max_len):
+            if width <= 0 or not live:
+                break
+            options = []
+            for hyp, score in live:
+                row = log_probs[t, hyp[-1] if hyp else bos]
+                options += [(hyp + (v,), score + float(row[v])) for v in range(len(row))]
+            options.sort(key=lambda c: c[1], reverse=True)
+            ended = [c for c in options[:width] if c[0][-1] == eos]
+            done += ended
+            if shrink:
+                width -= len(ended)
+                live = [c for c in options[:width + len(ended)] if c[0][-1] != eos]
+            else:
+                live = [c for c in options if c[0][-1] != eos][:width]
+        hyp, score = max(done + live, key=lambda c: c[1])
+        return list(hyp), score
+    return beam_search
+
+
+def _brute_force(log_probs, bos, eos, beam_size, max_len):
+    """The most probable hypothesis of all: every sequence of max_len tokens, and every shorter one
+    that ends with its only eos, scored token by token (beam_size is ignored)."""
+    vocab_size = log_probs.shape[-1]
+    best = None
+    for n in range(1, max_len + 1):
+        for seq in itertools.product(range(vocab_size), repeat=n):
+            if eos in seq[:-1] or (n < max_len and seq[-1] != eos):
+                continue
+            score = sum(float(log_probs[t, a, b]) for t, (a, b) in enumerate(zip((bos,) + seq, seq)))
+            if best is None or score > best[1]:
+                best = (list(seq), score)
+    return best
+
+
+def _greedy(log_probs, bos, eos, max_len):
+    tokens, score = [], 0.0
+    while len(tokens) < max_len and (not tokens or tokens[-1] != eos):
+        row = log_probs[len(tokens), tokens[-1] if tokens else bos]
+        tokens.append(int(row.argmax()))
+        score += float(row.max())
+    return tokens, score
+
+
+def _same(answer, other):
+    """The same tokens, and scores equal up to float64 rounding."""
+    return answer[0] == other[0] and abs(answer[1] - other[1]) < 1e-9
+
+
+def _calls(check_name_start, seed):
     from attention_course.checks.registry import get_exercise
-    return next(c for c in get_exercise("ch07_ex3").checks if c.name == EOS_CHECK).make_calls(seed)
+    check = next(c for c in get_exercise("ch07_ex3").checks if c.name.startswith(check_name_start))
+    return check.make_calls(check.seed if seed is None else seed)
 
 
-def _greedy_decoder(after_eos="run on"):
-    """A student's GreedyDecoder; ``after_eos`` other than "run on" is a mistake."""
-    from attention_course.translation import AttentionDecoder
-
-    class GreedyDecoder(AttentionDecoder):
-        def greedy(self, h0, enc_outputs, valid_lens, max_len, bos=1):
-            state, token = h0, torch.full((len(h0),), bos, dtype=torch.long)
-            finished = torch.zeros(len(h0), dtype=torch.bool)
-            tokens, weights = [], []
-            while len(tokens) < max_len:
-                logits, state, w = self.step(state, token, enc_outputs, valid_lens)
-                token = logits.argmax(-1)
-                if after_eos == "pad":
-                    token = torch.where(finished, torch.zeros_like(token), token)
-                elif after_eos == "repeat eos":
-                    token = torch.where(finished, torch.full_like(token, 2), token)
-                tokens.append(token)
-                weights.append(w)
-                finished = finished | (token == 2)
-                if after_eos == "stop" and finished.all():
-                    break
-                if after_eos == "stop when all at once" and (token == 2).all():
-                    break
-            return torch.stack(tokens, 1), torch.stack(weights, 1)
-
-    return GreedyDecoder
-
-
-def test_ch07_ex3_every_sequence_of_the_eos_check_predicts_eos_then_goes_on():
-    """The check's model, at any seed: <eos> before the last three steps, then neither <eos> nor pad;
-    in the first batch not all at one step, in the second all at one step."""
-    decoder_class = _greedy_decoder()
-    for seed in range(30):
-        first_steps = []
-        for call in _eos_check_calls(seed):
-            decoder = decoder_class(*call.init_args)
-            decoder.load_state_dict(call.state_dict)
-            with torch.no_grad():
-                tokens, _ = decoder.greedy(*call.args)
-            first_steps.append({row.index(2) for row in tokens.tolist()})
-            for row in tokens.tolist():
-                first = row.index(2)
-                assert first <= len(row) - 4, (seed, row)
-                assert all(t not in (0, 2) for t in row[first + 1:]), (seed, row)
-        assert [len(steps) > 1 for steps in first_steps] == [True, False], (seed, first_steps)
-
-
-@pytest.mark.parametrize("after_eos,hint_of", [("stop", "stopped at <eos>"),
-                                               ("stop when all at once",
-                                                "stopped when every sequence predicts <eos> at the same step"),
-                                               ("pad", "padding after <eos>, fed back"),
-                                               ("repeat eos", None)])
-def test_ch07_ex3_stopping_or_padding_at_eos_fails_publicly_and_at_every_hidden_seed(after_eos, hint_of):
-    answer = _greedy_decoder(after_eos)
-    failed = failed_checks("ch07_ex3", answer)
-    assert [r.check for r in failed] == [EOS_CHECK], [r.line() for r in failed]
-    if hint_of:
-        assert failed[0].hint == mistake_hint("ch07_ex3", hint_of)
-        assert "<eos>" in failed[0].hint and "each step is fed" not in failed[0].hint
-    for seed in (11, 2026):
-        assert EOS_CHECK in {r.check for r in failed_checks("ch07_ex3", answer, seed)}, (after_eos, seed)
-    # At every seed the check's calls tell the answer from a correct one (running the whole
-    # hidden check 30 times per answer would take a minute).
-    correct = _greedy_decoder()
-    for seed in range(30):
-        differs = False
-        for call in _eos_check_calls(seed):
-            outputs = []
-            for decoder_class in (answer, correct):
-                decoder = decoder_class(*call.init_args)
-                decoder.load_state_dict(call.state_dict)
-                with torch.no_grad():
-                    outputs.append(decoder.greedy(*call.args))
-            (tokens, weights), (want_tokens, want_weights) = outputs
-            differs = differs or tokens.shape != want_tokens.shape or not torch.equal(tokens, want_tokens)
-        assert differs, (after_eos, seed)
-
-
-def test_ch07_ex3_stopping_when_every_sequence_predicts_eos_at_once_gets_its_hint_at_30_hidden_seeds():
-    """An independent solver's loop broke when all sequences predicted <eos> at the same step;
-    no check had such a step, so it passed everything."""
-    answer = _greedy_decoder("stop when all at once")
-    hint = mistake_hint("ch07_ex3", "stopped when every sequence predicts <eos> at the same step")
-    assert "at once" in hint and "fewer than max_len" in hint
-    for seed in range(30):
-        failed = failed_checks("ch07_ex3", answer, seed)
-        assert EOS_CHECK in {r.check for r in failed}, (seed, [r.line() for r in failed])
-        assert next(r.hint for r in failed if r.check == EOS_CHECK) == hint, (seed, [r.line() for r in failed])
-        # A random model may make every sequence predict <eos> at its first step; there the
-        # two stopping mistakes look alike, and either hint says the loop stopped early.
-        assert all("fewer than max_len steps" in r.hint for r in failed), (seed, [r.line() for r in failed])
+SEEDS_30 = [None] + list(range(30))
 
 
 def test_ch07_ex3_a_correct_answer_by_hand_passes_everywhere():
-    passes_everywhere("ch07_ex3", _greedy_decoder())
+    passes_everywhere("ch07_ex3", _beam_search())
+    passes_everywhere("ch07_ex3", _beam_search(prefer_later=True))
 
 
-
-# Issue 40: an argmax over the batch axis got only the checks' generic hints.
-def _greedy_decoder_argmax_over_axis_0():
-    from attention_course.translation import AttentionDecoder
-
-    class GreedyDecoder(AttentionDecoder):
-        def greedy(self, h0, enc_outputs, valid_lens, max_len, bos=1):
-            token = torch.tensor([bos] * h0.shape[0])
-            state, tokens, weights = h0, [], []
-            for _ in range(max_len):
-                logits, state, w = self.step(state, token, enc_outputs, valid_lens)
-                token = torch.argmax(logits, 0)          # the batch axis, not the vocabulary
-                tokens.append(token)
-                weights.append(w)
-            return torch.stack(tokens, 1), torch.stack(weights, 1)
-
-    return GreedyDecoder
+def test_ch07_ex3_the_statement_asks_for_what_the_chapter_does_not_print():
+    """Issue 41: ch07_ex3 was a retype of the printed Seq2Seq.greedy; it is now a transfer. The chapter
+    describes beam search and enumerates a made-up model's outputs, but prints no search."""
+    text = " ".join(statement("ch07_ex3").split())
+    for clause in ("beam_search(log_probs, bos, eos, beam_size, max_len)",
+                   "every finished hypothesis of the beam, unchanged", "the `beam_size` candidates with the highest scores", "whose log-probability counts",
+                   "No hypothesis gets more than `max_len` tokens", "finished or not", "either may be kept"):
+        assert clause in text, clause
+    from exercise_helpers import ROOT
+    cells = json.loads((ROOT / "solutions" / "07_bahdanau.ipynb").read_text())["cells"]
+    printed = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code"
+                      and "BEGIN SOLUTION" not in "".join(c["source"]))
+    printed = printed.replace('check("ch07_ex3", beam_search)', "")
+    assert "beam_search" not in printed and "beam_size" not in printed
 
 
-def test_ch07_ex3_argmax_over_the_batch_axis_is_named_with_the_shapes():
-    answer = _greedy_decoder_argmax_over_axis_0()
-    assert_mistake("ch07_ex3", answer, "argmax over the batch axis")
-    hint = mistake_hint("ch07_ex3", "argmax over the batch axis")
-    assert "(batch, vocab_size)" in hint and "(vocab_size,)" in hint and "(batch,)" in hint
+def test_ch07_ex3_with_a_beam_wide_enough_the_answer_is_the_brute_force_optimum():
+    """Enumerating every hypothesis passes the check whose beam keeps every candidate, at every
+    seed, and fails the checks whose beam is narrower: the checks compare with a search, not with
+    the optimum."""
+    for seed in SEEDS_30:
+        for call in _calls("a beam wide enough", seed):
+            assert _same(_brute_force(*call.args), _beam_search()(*call.args)), seed
+    failed = {r.check for r in failed_checks("ch07_ex3", _brute_force)}
+    assert failed == {"a table where a beam of 2 beats greedy decoding (beam_size 1 and 2)",
+                      "a hypothesis cut from a beam of 2 wins in a beam of 4",
+                      "a finished hypothesis pushed out of the beam is lost"}, failed
+
+
+def test_ch07_ex3_every_hand_made_case_shows_what_its_check_says_at_every_seed():
+    """The public cases, and the same cases renamed and shaken at 30 grading seeds."""
+    search = _beam_search()
+    for seed in SEEDS_30:
+        greedy_run, beam_run = _calls("a table where a beam of 2", seed)
+        lp, bos, eos, _, max_len = greedy_run.args
+        assert _same(search(*greedy_run.args), _greedy(lp, bos, eos, max_len)), seed
+        assert _same(search(*beam_run.args), _brute_force(*beam_run.args)), seed
+        assert search(*beam_run.args)[1] > search(*greedy_run.args)[1] + 0.3, seed
+
+        for call in _calls("a finished hypothesis stays", seed):
+            tokens, _ = search(*call.args)
+            max_len, eos = call.args[4], call.args[2]
+            assert len(tokens) == 2 and tokens[-1] == eos, seed       # finished at step 2 of 4 ...
+            assert _beam_search(past_eos=True)(*call.args)[0] != tokens, seed   # ... and what follows eos matters
+            assert len(_beam_search(drop_finished=True)(*call.args)[0]) == max_len, seed
+
+        narrow, wide = _calls("a hypothesis cut from", seed)[:2]
+        assert _same(search(*wide.args), _brute_force(*wide.args)), seed
+        assert search(*wide.args)[1] > search(*narrow.args)[1] + 0.5, seed
+
+        two_wide, one_wide, overtaken, _ = _calls("a finished hypothesis pushed out", seed)
+        eos = two_wide.args[2]
+        assert len(search(*two_wide.args)[0]) == 3, seed    # [eos] is lost to the beam ...
+        set_aside = _set_aside(shrink=False)(*two_wide.args)
+        assert set_aside[0] == [eos] and set_aside[1] > search(*two_wide.args)[1] + 0.1, seed  # ... yet scores more
+        assert len(search(*one_wide.args)[0]) == 3, seed
+        assert _beam_search(keep_all_finished=True)(*one_wide.args)[0] == [eos], seed
+        assert len(search(*overtaken.args)[0]) == 3, seed
+        assert search(*overtaken.args)[1] > _set_aside(shrink=True)(*overtaken.args)[1] + 0.1, seed
+
+        for call in _calls("max_len stops", seed):
+            tokens, _ = search(*call.args)
+            lp, _, eos, _, max_len = call.args
+            assert len(tokens) == max_len and eos not in tokens and lp.shape[0] > max_len, seed
+
+
+def test_ch07_ex3_no_check_depends_on_a_tie():
+    """The statement accepts any tie rule: answers that break ties opposite ways agree on every call."""
+    from attention_course.checks.registry import get_exercise
+    first, later = _beam_search(), _beam_search(prefer_later=True)
+    for check in get_exercise("ch07_ex3").checks:
+        for seed in SEEDS_30:
+            for call in check.make_calls(check.seed if seed is None else seed):
+                assert first(*call.args) == later(*call.args), (check.name, seed)
+
+
+@pytest.mark.parametrize("wrong,mistake", [
+    (dict(per_hypothesis=2), None),
+    (dict(per_hypothesis=1), "one extension per hypothesis"),
+    (dict(drop_finished=True), "finished hypotheses dropped"),
+    (dict(past_eos=True), "finished hypotheses extended past eos"),
+    (dict(count_eos=False), "eos not counted"),
+    (dict(steps=1), "one step too many"),
+    (dict(keep_all_finished=True), "every finished hypothesis kept whatever its rank"),
+    (dict(per_token=True), "length-normalised scores"),
+    (dict(skip_bos=True), "bos never a candidate token"),
+])
+def test_ch07_ex3_a_wrong_search_by_hand_fails_publicly_with_its_hint(wrong, mistake):
+    answer = _beam_search(**wrong)
+    if mistake:
+        assert_mistake("ch07_ex3", answer, mistake)
+    else:   # keeping the best two extensions of each hypothesis equals the kept mistake's rule only at beam_size 2
+        assert failed_checks("ch07_ex3", answer)
     assert failed_hidden_somewhere("ch07_ex3", answer)
+
+
+@pytest.mark.parametrize("shrink,mistake", [(False, "finished hypotheses moved to a pool"),
+                                             (True, "finished hypotheses leave a shrinking beam")])
+def test_ch07_ex3_finished_hypotheses_set_aside_fail_publicly_with_their_hint(shrink, mistake):
+    """A blind solver's loophole: a pool of finished hypotheses, the beam refilled with unfinished
+    ones, passed every check; a beam that shrinks instead got the hint of dropped hypotheses."""
+    answer = _set_aside(shrink)
+    assert_mistake("ch07_ex3", answer, mistake)
+    assert failed_hidden_somewhere("ch07_ex3", answer)
+    failed = {r.check for r in failed_checks("ch07_ex3", answer)}
+    assert "a finished hypothesis pushed out of the beam is lost" in failed, failed
+
+
+def test_ch07_ex3_the_new_mistakes_have_hints_of_their_own():
+    """Each of the blind solver's wrong answers is named by its own hint, none by another's."""
+    hints = [mistake_hint("ch07_ex3", name) for name in (
+        "finished hypotheses moved to a pool", "finished hypotheses leave a shrinking beam",
+        "every finished hypothesis kept whatever its rank", "length-normalised scores",
+        "bos never a candidate token", "finished hypotheses dropped",
+        "top beam_size of each hypothesis, no cut over the whole beam", "one extension per hypothesis")]
+    assert len(set(hints)) == len(hints)
+    assert "pool" in hints[0] and "lost its place" in hints[1] and "divided by their length" in hints[3]
 
 
 # ---- ch07_ex4: the score is a Python float

@@ -554,3 +554,119 @@ def test_ch08_ex5_resetting_a_counter_of_its_own_does_not_pass_encoded_once():
             return torch.stack(tokens, 1), torch.stack(rows, 3)
     failed = {r.check for r in run_checks("ch08_ex5", GreedyTransformer) if not r.passed}
     assert "the source is encoded once (the model allows one call of encode)" in failed
+
+
+# ------------------------------------------------------------------ ch08_ex7
+
+def _counted_multiply_adds(model, batch, src_len, tgt_len):
+    """Multiply-adds of one teacher-forced forward pass of a real model, by torch's FLOP counter
+    (two FLOPs per multiply-add), on random tokens with source lengths that differ (padding)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    g = torch.Generator().manual_seed(batch * 100 + src_len)
+    src = torch.randint(3, 10, (batch, src_len), generator=g)
+    src_lens = torch.randint(1, src_len + 1, (batch,), generator=g)
+    src_lens[0] = src_len
+    tgt_in = torch.randint(3, 10, (batch, tgt_len), generator=g)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(src, src_lens, tgt_in)
+    flops = counter.get_total_flops()
+    assert flops % 2 == 0
+    return flops // 2
+
+
+@pytest.mark.parametrize("sizes", [
+    # batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, embed_size, num_hiddens
+    (32, 16, 16, 64, 4, 128, 2, 32, 64),        # the chapter's two models (tr.build_model's defaults)
+    (3, 11, 4, 24, 3, 40, 3, 8, 12),
+    (2, 5, 9, 16, 1, 24, 1, 20, 10),
+])
+def test_ch08_ex7_reference_counts_what_torchs_flop_counter_counts_on_the_real_models(sizes):
+    """The counts the checks expect are those torch.utils.flop_counter measures on tf.Transformer and on
+    Chapter 7's Seq2Seq with attention (the real classes, run on real tensors), not a formula checked
+    against itself."""
+    from attention_course import translation as tr
+    batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, embed_size, num_hiddens = sizes
+    tgt_vocab = len(tr.TARGET_VOCAB)
+    torch.manual_seed(0)
+    transformer = tf.Transformer(len(tr.SOURCE_VOCAB), tgt_vocab, d_model, num_heads, num_layers, d_ff)
+    if (embed_size, num_hiddens) == (32, 64):
+        bahdanau = tr.build_model(attention=True)
+    else:
+        bahdanau = tr.Seq2Seq(tr.Encoder(len(tr.SOURCE_VOCAB), embed_size, num_hiddens),
+                              tr.AttentionDecoder(tgt_vocab, embed_size, num_hiddens))
+    want = get_exercise("ch08_ex7").reference(*sizes, tgt_vocab)
+    assert want == {"transformer": _counted_multiply_adds(transformer, batch, src_len, tgt_len),
+                    "bahdanau": _counted_multiply_adds(bahdanau, batch, src_len, tgt_len)}
+
+
+def _student_counts(flops=False, as_float=False, output_over_source=False):
+    """A student's answer, written out layer by layer."""
+    def forward_multiply_adds(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, embed_size,
+                              num_hiddens, tgt_vocab):
+        d, h, hd = d_model, num_hiddens, d_model // num_heads
+        enc = 0
+        for _ in range(num_layers):
+            enc += 3 * src_len * d * d + num_heads * 2 * src_len * src_len * hd + src_len * d * d
+            enc += src_len * d * d_ff + src_len * d_ff * d
+        dec = 0
+        for _ in range(num_layers):
+            dec += 3 * tgt_len * d * d + num_heads * 2 * tgt_len * tgt_len * hd + tgt_len * d * d
+            dec += tgt_len * d * d + 2 * src_len * d * d + num_heads * 2 * tgt_len * src_len * hd + tgt_len * d * d
+            dec += 2 * tgt_len * d * d_ff
+        out_positions = src_len if output_over_source else tgt_len
+        transformer = batch * (enc + dec + out_positions * d * tgt_vocab)
+        encoder = src_len * (3 * h * embed_size + 3 * h * h) + src_len * h * h
+        step = h * h + src_len * h + src_len * h + 3 * h * (embed_size + h) + 3 * h * h + 2 * h * tgt_vocab
+        bahdanau = batch * (encoder + tgt_len * step)
+        counts = {"transformer": transformer, "bahdanau": bahdanau}
+        if flops:
+            counts = {k: 2 * v for k, v in counts.items()}
+        if as_float:
+            counts = {k: float(v) for k, v in counts.items()}
+        return counts
+    return forward_multiply_adds
+
+
+def test_ch08_ex7_an_answer_written_layer_by_layer_passes():
+    passes_everywhere("ch08_ex7", _student_counts())
+
+
+@pytest.mark.parametrize("variant", [dict(flops=True), dict(output_over_source=True)])
+def test_ch08_ex7_other_wrong_counts_get_the_checks_neutral_hint(variant):
+    """FLOPs (two per multiply-add) and an output layer over the source positions match no kept mistake:
+    they fail the public checks (those whose source and target lengths differ, for the output layer) with
+    the check's own hint, which blames nothing."""
+    failed = failed_checks("ch08_ex7", _student_counts(**variant))
+    assert len(failed) == (3 if variant.get("flops") else 2)
+    for r in failed:
+        assert r.mistake is None and r.hint == check_hint("ch08_ex7", r.check), (r.check, r.mistake)
+
+
+def test_ch08_ex7_a_float_with_the_right_value_is_told_the_contract_asks_for_an_int():
+    failed = failed_checks("ch08_ex7", _student_counts(as_float=True))
+    assert len(failed) == 3
+    assert all("has the right value but is a float" in r.reason for r in failed), [r.reason for r in failed]
+
+
+def test_ch08_ex7_a_small_slip_in_a_large_count_is_caught():
+    """The comparison is exact: a count off by one multiply-add in billions fails."""
+    right = _student_counts()
+
+    def off_by_one(*args):
+        counts = right(*args)
+        return {"transformer": counts["transformer"] + 1, "bahdanau": counts["bahdanau"]}
+    assert len(failed_checks("ch08_ex7", off_by_one)) == 3
+
+
+def test_ch08_ex7_check_hints_describe_rather_than_blame():
+    from exercise_helpers import BLAMING
+    for check in get_exercise("ch08_ex7").checks:
+        assert not any(word in check.hint.lower() for word in BLAMING), check.name
+
+
+def test_ch08_ex7_statement_does_not_print_the_counts_or_name_the_flop_counter():
+    """The exercise is the accounting: the statement gives the rule for one product, not the models' totals,
+    and does not point to the tool that measures them."""
+    text = statement("ch08_ex7")
+    assert "FlopCounter" not in text and "flop_counter" not in text
+    assert "src_len * src_len" not in text and "tgt_len * src_len" not in text

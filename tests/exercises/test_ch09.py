@@ -659,6 +659,201 @@ def test_ch09_ex7_the_contract_fixes_what_counts():
         assert words in text, words
 
 
+# ------------------------------------------------------------- ch09_ex8
+
+class _CountingMemory:
+    """Main memory of a tiled kernel: every read or write of rows of an array is counted in bytes.
+    With real tensors the loop computes attention; with tensors on the meta device it only counts."""
+
+    def __init__(self, bytes_per_value):
+        self.bytes_per_value, self.reads, self.writes = bytes_per_value, 0, 0
+
+    def _bytes(self, block, stats):
+        return block.numel() * (4 if stats else self.bytes_per_value)   # m, l, log-sum-exp: float32
+
+    def read(self, array, lo, hi, stats=False):
+        block = array[lo:hi]
+        self.reads += self._bytes(block, stats)
+        return block.clone() if block.device.type != "meta" else block
+
+    def write(self, array, lo, block, stats=False):
+        self.writes += self._bytes(block, stats)
+        if block.device.type != "meta":
+            array[lo:lo + block.shape[0]] = block
+
+
+def _instrumented_tiled_forward(num_queries, num_keys, head_dim, block_q, block_k, bytes_per_value,
+                                causal=False, keys_outside=False, inputs=None):
+    """Runs the contract's two loop orders through a memory that counts every load and store: on
+    ``inputs`` (q, k, v in float64) it computes attention too; without them, on meta tensors, it only
+    counts. Returns the counts and the output."""
+    compute = inputs is not None
+    if compute:
+        q, k, v = inputs
+        device = "cpu"
+    else:
+        device = "meta"
+        q, k, v = (torch.empty(n, head_dim, device=device) for n in (num_queries, num_keys, num_keys))
+    hbm = _CountingMemory(bytes_per_value)
+    out = torch.zeros(num_queries, head_dim, dtype=torch.float64, device=device)
+    lse, m_hbm, l_hbm = (torch.zeros(num_queries, 1, dtype=torch.float64, device=device) for _ in range(3))
+    offset = num_keys - num_queries
+
+    def scores(qb, kb, q0, k0):
+        s = qb @ kb.T / math.sqrt(head_dim)
+        if causal:
+            hidden = (torch.arange(k0, k0 + kb.shape[0])[None, :]
+                      > offset + torch.arange(q0, q0 + qb.shape[0])[:, None])
+            s = s.masked_fill(hidden, -math.inf)
+        return s
+
+    def visible(q0, q1, k0):
+        return not causal or k0 <= offset + q1 - 1
+
+    if not keys_outside:
+        for q0 in range(0, num_queries, block_q):
+            q1 = min(q0 + block_q, num_queries)
+            qb = hbm.read(q, q0, q1)
+            m = torch.full((q1 - q0, 1), -math.inf, dtype=torch.float64)
+            l, a = torch.zeros(q1 - q0, 1, dtype=torch.float64), torch.zeros(q1 - q0, head_dim, dtype=torch.float64)
+            for k0 in range(0, num_keys, block_k):
+                if not visible(q0, q1, k0):
+                    continue
+                kb, vb = hbm.read(k, k0, k0 + block_k), hbm.read(v, k0, k0 + block_k)
+                if compute:
+                    s = scores(qb, kb, q0, k0)
+                    m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+                    p = torch.exp(s - m_new)
+                    a = a * torch.exp(m - m_new) + p @ vb
+                    l = l * torch.exp(m - m_new) + p.sum(dim=-1, keepdim=True)
+                    m = m_new
+            hbm.write(out, q0, a / l if compute else out[q0:q1])
+            hbm.write(lse, q0, m + torch.log(l) if compute else lse[q0:q1], stats=True)
+    else:
+        started = set()
+        for k0 in range(0, num_keys, block_k):
+            kb, vb = hbm.read(k, k0, k0 + block_k), hbm.read(v, k0, k0 + block_k)
+            for q0 in range(0, num_queries, block_q):
+                q1 = min(q0 + block_q, num_queries)
+                if not visible(q0, q1, k0):
+                    continue
+                qb = hbm.read(q, q0, q1)
+                if q0 in started:       # FlashAttention's first order: a normalised O, m and l in memory
+                    o, m, l = hbm.read(out, q0, q1), hbm.read(m_hbm, q0, q1, True), hbm.read(l_hbm, q0, q1, True)
+                else:
+                    o = torch.zeros(q1 - q0, head_dim, dtype=torch.float64)
+                    m = torch.full((q1 - q0, 1), -math.inf, dtype=torch.float64)
+                    l = torch.zeros(q1 - q0, 1, dtype=torch.float64)
+                if compute:
+                    s = scores(qb, kb, q0, k0)
+                    m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+                    p = torch.exp(s - m_new)
+                    l_new = l * torch.exp(m - m_new) + p.sum(dim=-1, keepdim=True)
+                    o = (o * l * torch.exp(m - m_new) + p @ vb) / l_new
+                    m, l = m_new, l_new
+                else:
+                    o, m, l = out[q0:q1], m_hbm[q0:q1], l_hbm[q0:q1]
+                hbm.write(out, q0, o)
+                hbm.write(m_hbm, q0, m, True)
+                hbm.write(l_hbm, q0, l, True)
+                started.add(q0)
+    return {"reads": hbm.reads, "writes": hbm.writes}, out
+
+
+def _counting_answer(*args, **kwargs):
+    return _instrumented_tiled_forward(*args, **kwargs)[0]
+
+
+@pytest.mark.parametrize("keys_outside", [False, True])
+@pytest.mark.parametrize("case", [(300, 300, 16, 64, 48, 4, False), (100, 700, 32, 64, 48, 2, True),
+                                  (7, 9, 8, 1, 1, 4, True), (1, 50, 8, 4, 7, 2, True), (37, 61, 5, 9, 10, 8, True)])
+def test_ch09_ex8_an_instrumented_loop_computes_attention_and_its_counts_match(case, keys_outside):
+    *sizes, causal = case
+    n_q, n_k, d = sizes[:3]
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(n, d, generator=g, dtype=torch.float64) for n in (n_q, n_k, n_k))
+    counts, out = _instrumented_tiled_forward(*sizes, causal=causal, keys_outside=keys_outside, inputs=(q, k, v))
+    mask = torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q) if causal else None
+    want = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask)[0]
+    assert torch.allclose(out, want, atol=1e-10), (case, keys_outside)
+    assert counts == _counting_answer(*sizes, causal=causal, keys_outside=keys_outside)
+    reference = get_exercise("ch09_ex8").reference
+    assert counts == reference(*sizes, causal=causal, keys_outside=keys_outside)
+
+
+def test_ch09_ex8_the_instrumented_loop_passes_every_check():
+    passes_everywhere("ch09_ex8", _counting_answer)
+
+
+def test_ch09_ex8_theorem_2_setting_counted_by_hand():
+    # 8,192 tokens of 128 numbers of 2 bytes (a row is 256 bytes), 64 blocks of 128 each way.
+    ref = get_exercise("ch09_ex8").reference
+    row = 128 * 2
+    fa2 = ref(8192, 8192, 128, 128, 128, 2)
+    assert fa2 == {"reads": 8192 * row + 64 * 2 * 8192 * row,       # Q once, K and V once per query block
+                   "writes": 8192 * (row + 4)}                        # O and the log-sum-exp
+    fa1 = ref(8192, 8192, 128, 128, 128, 2, keys_outside=True)
+    assert fa1 == {"reads": 2 * 8192 * row + 64 * 8192 * row + 63 * 8192 * (row + 8),
+                   "writes": 64 * 8192 * (row + 8)}
+    # The reads nearly agree; FlashAttention's first order writes 65 times as much.
+    assert 1.0 < fa1["reads"] / fa2["reads"] < 1.02 and 64 < fa1["writes"] / fa2["writes"] < 66
+    # Causal self-attention over 1,024 tokens in tiles of 128: 36 of the 64 tiles, as the page says.
+    assert ref(1024, 1024, 64, 128, 128, 2, causal=True)["reads"] == 1024 * 128 + 36 * 2 * 128 * 128
+
+
+def _student_traffic(n_q, n_k, d, bq, bk, nbytes, causal=False, keys_outside=False, *, offset=None,
+                     state_every_tile=False, causal_ignored=False):
+    """A student's count, tile by tile, with one thing possibly wrong."""
+    shift = n_k - n_q if offset is None else offset
+    reads = writes = 0
+    fresh = set()
+    if keys_outside:
+        reads += 2 * n_k * d * nbytes
+    for k0 in range(0, n_k, bk):
+        for q0 in range(0, n_q, bq):
+            rows, cols = min(bq, n_q - q0), min(bk, n_k - k0)
+            if causal and not causal_ignored and k0 > shift + q0 + rows - 1:
+                continue
+            if keys_outside:
+                reads += rows * d * nbytes
+                if q0 in fresh or state_every_tile:
+                    reads += rows * (d * nbytes + 8)
+                writes += rows * (d * nbytes + 8)
+                fresh.add(q0)
+            else:
+                reads += 2 * cols * d * nbytes
+    if not keys_outside:
+        reads += n_q * d * nbytes
+        writes += n_q * (d * nbytes + 4)
+    return {"reads": reads, "writes": writes}
+
+
+def test_ch09_ex8_a_tile_by_tile_student_answer_passes():
+    passes_everywhere("ch09_ex8", _student_traffic)
+
+
+@pytest.mark.parametrize("flaw,mistake", [({"offset": 0}, "queries placed first"),
+                                          ({"state_every_tile": True}, "state read at the first tile")])
+def test_ch09_ex8_hand_written_mistakes_get_their_hints(flaw, mistake):
+    assert_mistake("ch09_ex8", lambda *a, **kw: _student_traffic(*a, **kw, **flaw), mistake)
+
+
+def test_ch09_ex8_ignoring_the_mask_fails_with_the_checks_own_hint():
+    # Every tile computed even with causal=True: no kept mistake does that, so the check's own hint.
+    failed = failed_checks("ch09_ex8", lambda *a, **kw: _student_traffic(*a, **kw, causal_ignored=True))
+    assert {r.check for r in failed} == {check_named("ch09_ex8", "causal").name, check_named("ch09_ex8", "both orders: one").name}
+    for r in failed:
+        assert r.mistake is None and r.hint == check_named("ch09_ex8", "causal").hint, r.line()
+
+
+def test_ch09_ex8_the_contract_fixes_what_counts():
+    text = " ".join(statement("ch09_ex8").split())
+    for words in ("float32, 4 bytes per number", "`0 ... num_keys - num_queries + i`", "the last block of each may be shorter",
+                  "it reads and writes nothing", "only a query block's first computed tile reads no state",
+                  "the scores and the weights never leave the chip"):
+        assert words in text, words
+
+
 # ------------------------------------------------------------- every check hint of the chapter
 
 @pytest.mark.parametrize("exercise", all_exercises(9), ids=lambda e: e.label)
@@ -666,3 +861,16 @@ def test_ch09_check_hints_describe_rather_than_blame(exercise):
     for check in exercise.checks:
         for words in BLAMING:
             assert words not in check.hint.lower(), (exercise.label, check.name, words)
+
+
+def test_ch09_ex8_counts_of_another_type_fail_only_the_type_check():
+    """A blind solver's float and tensor counts passed every check although the contract asks for
+    Python ints. (A numpy integer is recorded as the int it holds, so it passes, as it does in ch09_ex7.)"""
+    reference = get_exercise("ch09_ex8").reference
+    for convert in (float, torch.tensor):
+        def converted(*args, convert=convert, **kwargs):
+            return {key: convert(value) for key, value in reference(*args, **kwargs).items()}
+        results = failed_checks("ch09_ex8", converted)
+        assert [r.check for r in results] == ["both counts are Python ints (the page's order, no mask)"], \
+            [r.line() for r in results]
+        assert "Python int" in results[0].reason

@@ -4,17 +4,19 @@
 * ``ch01_ex2`` ``normalize_weights(scores)`` -- non-negative scores to weights summing to one
   along the keys axis; an all-zero row becomes uniform weights.
 * ``ch01_ex3`` ``hard_lookup(queries, keys, values)`` -- the value of the nearest key (ties: first key).
-* ``ch01_ex4`` ``cued_weights(queries, keys, salience, temperature)`` -- a volitional cue (minus
-  the squared distance over the temperature) and a nonvolitional one (a salience per key)
+* ``ch01_ex4`` ``cued_weights(queries, keys, salience, temperature, warned=None)`` -- a volitional cue
+  (minus the squared distance over the temperature) and a nonvolitional one (a salience per key)
   combined into one weight matrix: weights proportional to ``salience * exp(score)``,
-  numerically stable. The chapter shows the two cues only separately.
+  numerically stable. The chapter shows the two cues only separately. With ``warned=j`` it answers
+  the chapter's question: which query's row a warning of key ``j`` moves most (checked).
 * ``ch01_ex5`` ``zero_temperature_weights(queries, keys)`` -- the limit of the soft lookup as the
   temperature goes to 0, ties included (equal weights on every nearest key): TRANSFER, the chapter
   states the limit only in words and ``hard_lookup`` breaks ties by index.
-* ``ch01_ex6`` ``temperature_for_peak(queries, keys, target)`` -- the inverse problem: per query, the
-  temperature at which its largest weight equals ``target`` (nan when no temperature reaches it,
-  i.e. when the target is at least 1 / the number of nearest keys), checked by putting the
-  temperature back into the softmax: TRANSFER.
+* ``ch01_ex6`` ``temperature_for_peak(queries, keys, target, coldest=False)`` -- the inverse problem: per
+  query, the temperature at which its largest weight equals ``target`` (nan when no temperature reaches
+  it, i.e. when the target is at least 1 / the number of nearest keys), checked by putting the
+  temperature back into the softmax: TRANSFER. With ``coldest=True`` it answers the chapter's
+  question: which query needs the smallest temperature (checked).
 
 ``ch01_ex1``-``ch01_ex3`` are one-point warm-ups close to code the chapter prints; the points go
 mostly to the TRANSFER exercises ``ch01_ex4``-``ch01_ex6`` (2, 2 and 3 points).

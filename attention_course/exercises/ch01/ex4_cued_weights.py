@@ -3,7 +3,7 @@ r"""ch01_ex4: Volitional and nonvolitional cues together.
 The chapter showed the two kinds of cue apart: weights from the stations' salience alone
 (the same for every query), and weights from the distances alone. Combine them: a key's
 weight should grow with its salience *and* with its closeness to the query. Write
-`cued_weights(queries, keys, salience, temperature=1.0)`.
+`cued_weights(queries, keys, salience, temperature=1.0, warned=None)`.
 
 - `queries`: float tensor `(num_queries, d)`; `keys`: `(num_keys, d)`; `salience`: a
   tensor `(num_keys,)` of the same dtype, non-negative, with at least one positive entry;
@@ -18,11 +18,15 @@ weight should grow with its salience *and* with its closeness to the query. Writ
   key that can take weight is far from it.
 - Raise `ValueError` whose message contains `temperature` when `temperature <= 0`, and
   one containing `salience` when `salience` has a negative entry or no positive entry.
+- The chapter's question, answered by the same function: called with `warned=j`, the index of
+  a key of positive salience, it returns instead the index (a Python `int`) of the query whose
+  row of weights moves most when key `j` issues a warning, that is when `salience[j]` is
+  multiplied by 5 and every other salience stays as it is. A row moves by the sum, over the keys,
+  of the absolute changes of its weights. (The checks leave a clear winner.)
 
-Think about what multiplying $\exp(s_i)$ by a positive number does to the score $s_i$.
-When your function passes, call it in a cell of your own with the stations, $\tau = 4$ and
-B's storm warning (`salience = [1, 5, 1, 1, 1]`): which query does the warning change
-most, and why?
+Think about what multiplying $\exp(s_i)$ by a positive number does to the score $s_i$, and
+before you compute the answer for the stations, $\tau = 4$ and B's storm warning (`warned=1`),
+predict it: is it the query standing on B, the one farthest from B, or another? Why?
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import math
 import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import ERROR_WEIGHT, Kept, finite_then_close, shape_of
+from .._kit import ERROR_WEIGHT, Kept, finite_then_close, gen, randint, shape_of
 from ._common import moved
 from .ex3_hard_lookup import _squared_distances
 
@@ -57,8 +61,26 @@ def _validate_cued(queries, keys, salience, temperature):
                          f"got {salience.tolist()}")
 
 
-def cued_weights(queries, keys, salience, temperature=1.0):
-    """Reference: softmax over the keys of log(salience) - |q - k|^2 / temperature."""
+def _cued64(queries, keys, salience, temperature):
+    scores = -_squared_distances(queries.double(), keys.double()) / temperature + torch.log(salience.double())
+    return torch.softmax(scores, dim=-1)
+
+
+def _most_moved(queries, keys, salience, temperature, warned):
+    """The question's answer, in float64: the query whose weights a warning of key ``warned`` moves most."""
+    _validate_cued(queries, keys, salience, temperature)
+    boosted = salience.double().clone()
+    boosted[warned] *= 5.0
+    moves = (_cued64(queries, keys, boosted, temperature) - _cued64(queries, keys, salience, temperature))
+    return int(moves.abs().sum(dim=-1).argmax())
+
+
+def cued_weights(queries, keys, salience, temperature=1.0, warned=None):
+    """Reference: softmax over the keys of log(salience) - |q - k|^2 / temperature.
+
+    With ``warned=j``: the index of the query whose row moves most when salience[j] is multiplied by 5."""
+    if warned is not None:
+        return _most_moved(queries, keys, salience, temperature, warned)
     _validate_cued(queries, keys, salience, temperature)
     scores = -_squared_distances(queries, keys) / temperature + torch.log(salience)
     return torch.softmax(scores, dim=-1)  # log(0) = -inf: a key of salience 0 gets weight 0
@@ -160,6 +182,44 @@ def _cued_mentions(call):
     return ["temperature"] if "temperature" in call.kwargs else ["salience"]
 
 
+_STATION_KEYS = ((0.0, 0.0), (4.0, 0.0), (0.0, 3.0), (4.0, 3.0), (2.0, 1.0))
+_STATION_QUERIES = ((4.0, 0.0), (2.0, 2.0), (0.5, 2.5))
+
+
+def _warning_calls(seed):
+    """The chapter's stations and queries at temperature 4, B's warning and C's (both answered by the
+    query (2, 2), neither the query nearest to the warned station nor the farthest). At any seed but the
+    check's own (grading), the same case moved (:func:`moved`, not scaled: the temperature stays 4),
+    the stations and the queries each in another order."""
+    keys, queries = torch.tensor(_STATION_KEYS), torch.tensor(_STATION_QUERIES)
+    warned = [1, 2]
+    move = moved(seed, 8, 2, scales=(1.0,))
+    if move is not None:
+        key_order, query_order = move.order(5), move.order(3)
+        keys, queries = move(keys)[key_order], move(queries)[query_order]
+        warned = [int(torch.nonzero(key_order == j)) for j in warned]
+    return [Call(args=(queries, keys, torch.ones(5)), kwargs={"temperature": 4.0, "warned": j}) for j in warned]
+
+
+def _warning_hidden_calls(seed):
+    """Random points and saliences; each warned key chosen so that the largest move leads the next by 0.02
+    or more (float32 weights give the same winner)."""
+    g = gen(seed)
+    calls = []
+    while len(calls) < 3:
+        queries, keys, salience = _cued_inputs(g, randint(g, 3, 6), randint(g, 3, 7), 2, scale=1.5)
+        temperature = 1.0 + 3.0 * torch.rand((), generator=g).item()
+        for j in torch.randperm(keys.shape[0], generator=g).tolist():
+            boosted = salience.double().clone()
+            boosted[j] *= 5.0
+            moves = (_cued64(queries, keys, boosted, temperature)
+                     - _cued64(queries, keys, salience, temperature)).abs().sum(-1).sort(descending=True).values
+            if moves[0] - moves[1] >= 0.02:
+                calls.append(Call(args=(queries, keys, salience), kwargs={"temperature": temperature, "warned": j}))
+                break
+    return calls
+
+
 def _cued_big_calls(seed):
     g = torch.Generator().manual_seed(seed)
     big = _cued_inputs(g, 9, 13, 6, scale=2.0, zeros=4)
@@ -173,7 +233,9 @@ def _cued_big_calls(seed):
 
 
 def _cued_mistake(transform, validate=True):
-    def impl(queries, keys, salience, temperature=1.0):
+    def impl(queries, keys, salience, temperature=1.0, warned=None):
+        if warned is not None:   # these mistakes are in the weights: the question is answered as the reference does
+            return _most_moved(queries, keys, salience, temperature, warned)
         if validate:
             _validate_cued(queries, keys, salience, temperature)
         return transform(_squared_distances(queries, keys), salience, temperature)
@@ -234,13 +296,40 @@ mistakes.add("no check of the salience",
                            validate=False))
 
 
+def _warned_by_distance(pick):
+    def impl(queries, keys, salience, temperature=1.0, warned=None):
+        if warned is None:
+            return cued_weights(queries, keys, salience, temperature)
+        _validate_cued(queries, keys, salience, temperature)
+        return int(pick(((queries - keys[warned]) ** 2).sum(dim=-1)))
+    return impl
+
+
+mistakes.add("the query nearest to the warned key",
+             "you answered with the query nearest to the warned key. That query already gives the key most of "
+             "its weight, and multiplying a weight near 1 by 5 and renormalising leaves it near 1: its row "
+             "barely moves.",
+             _warned_by_distance(torch.argmin))
+
+
+mistakes.add("the query farthest from the warned key",
+             "you answered with the query farthest from the warned key. That query gives the key a weight near "
+             "0, and five times a weight near 0 is still near 0: its row barely moves.",
+             _warned_by_distance(torch.argmax))
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
 @alternatives.keep("salience after the softmax",
                    "softmax of the distance scores, times salience, "
 "renormalised")
-def _cued_alt_after_softmax(queries, keys, salience, temperature=1.0):
+def _cued_alt_after_softmax(queries, keys, salience, temperature=1.0, warned=None):
+    if warned is not None:  # brute force: the weights before and after the warning, with this function
+        warning = torch.ones_like(salience)
+        warning[warned] = 5.0
+        after = _cued_alt_after_softmax(queries, keys, salience * warning, temperature)
+        return int((after - _cued_alt_after_softmax(queries, keys, salience, temperature)).abs().sum(1).argmax())
     if not temperature > 0:
         raise ValueError("temperature must be > 0")
     if (salience < 0).any() or salience.sum() == 0:
@@ -256,7 +345,7 @@ def _cued_alt_after_softmax(queries, keys, salience, temperature=1.0):
 
 @alternatives.keep("float64 with a max shift",
                    "cdist, log(salience), explicit max shift, in float64")
-def _cued_alt_float64_shift(queries, keys, salience, temperature=1.0):
+def _cued_alt_float64_shift(queries, keys, salience, temperature=1.0, warned=None):
     if temperature <= 0:
         raise ValueError(f"temperature={temperature} is not positive")
     if salience.min() < 0 or salience.max() <= 0:
@@ -265,14 +354,27 @@ def _cued_alt_float64_shift(queries, keys, salience, temperature=1.0):
     logits = -torch.cdist(q, k) ** 2 / temperature + s.log()
     logits = logits - logits.max(dim=-1, keepdim=True).values
     weights = logits.exp()
-    return (weights / weights.sum(dim=-1, keepdim=True)).to(queries.dtype)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    if warned is not None:
+        # In closed form: the warned key's weight w becomes 5w / (1 + 4w), the others shrink by
+        # 1 / (1 + 4w), so the row moves by twice the warned key's gain.
+        w = weights[:, warned]
+        return int((2 * (5 * w / (1 + 4 * w) - w)).argmax())
+    return weights.to(queries.dtype)
 
 
 @alternatives.keep("python loops",
                    "pure Python floats, shifted by the best salient score")
-def _cued_alt_loops(queries, keys, salience, temperature=1.0):
+def _cued_alt_loops(queries, keys, salience, temperature=1.0, warned=None):
     if temperature <= 0:
         raise ValueError("temperature must be positive")
+    if warned is not None:
+        before = _cued_alt_loops(queries, keys, salience, temperature).tolist()
+        warning = salience.tolist()
+        warning[warned] *= 5
+        after = _cued_alt_loops(queries, keys, torch.tensor(warning, dtype=salience.dtype), temperature).tolist()
+        moves = [sum(abs(a - b) for a, b in zip(row_after, row_before)) for row_after, row_before in zip(after, before)]
+        return moves.index(max(moves))
     sal = salience.tolist()
     if min(sal) < 0 or max(sal) == 0:
         raise ValueError("salience must be non-negative and contain a positive value")
@@ -289,13 +391,18 @@ def _cued_alt_loops(queries, keys, salience, temperature=1.0):
 @alternatives.keep("log_softmax and einsum",
                    "einsum distances, -inf bias for zero salience, "
 "log_softmax then exp")
-def _cued_alt_log_softmax(queries, keys, salience, temperature=1.0):
+def _cued_alt_log_softmax(queries, keys, salience, temperature=1.0, warned=None):
     if not (temperature > 0):
         raise ValueError("temperature <= 0")
     if torch.any(salience < 0) or torch.all(salience == 0):
         raise ValueError("salience: negative entry, or every entry is zero")
     sq = torch.einsum("qkd,qkd->qk", queries[:, None] - keys, queries[:, None] - keys)
     bias = torch.where(salience > 0, salience.log(), torch.full_like(salience, -math.inf))
+    if warned is not None:  # a warning adds log 5 to one key's score, in float64
+        scores = (bias - sq / temperature).double()
+        lifted = scores + math.log(5.0) * torch.nn.functional.one_hot(torch.tensor(warned), len(salience))
+        move = (torch.softmax(lifted, dim=-1) - torch.softmax(scores, dim=-1)).abs().sum(dim=-1)
+        return move.argmax().item()
     return torch.log_softmax(bias - sq / temperature, dim=-1).exp()
 
 
@@ -337,6 +444,14 @@ register(Exercise(
         Check("9 queries, 13 keys of size 6 with zero saliences, a single key, far queries (hidden)",
               _cued_big_calls, seed=6, public=False, compare=finite_then_close(1e-4, 1e-5),
               hint="the result has shape (num_queries, num_keys), finite, for every size."),
+        Check("the question: which query a warning moves most (the chapter's stations, B's and C's warnings)",
+              _warning_calls, seed=8,
+              hint="with warned=j the result is a query's index (a Python int), the query whose row of weights "
+                   "moves most when salience[j] is multiplied by 5; here the queries are the chapter's three "
+                   "(in some order) at temperature 4."),
+        Check("the question on random points and saliences (hidden)", _warning_hidden_calls, seed=9, public=False,
+              hint="with warned=j the result is the index of the query whose row of weights moves most (sum of the "
+                   "absolute changes) when salience[j] is multiplied by 5."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),

@@ -2,7 +2,8 @@ r"""ch01_ex6: The temperature for a given peak.
 
 The temperature section shows a query's largest weight falling from near 1 towards $1/n$ as
 $\tau$ grows. Turn that around: given a target $p$, find for each query the temperature at
-which its largest weight is exactly $p$. Write `temperature_for_peak(queries, keys, target)`.
+which its largest weight is exactly $p$. Write
+`temperature_for_peak(queries, keys, target, coldest=False)`.
 
 - `queries`: float tensor `(num_queries, d)`; `keys`: `(num_keys, d)`, same dtype, with
   `num_keys >= 2`; `target`: a Python float with `1 / num_keys < target < 1`. The weights
@@ -13,6 +14,9 @@ which its largest weight is exactly $p$. Write `temperature_for_peak(queries, ke
 - When no positive temperature gives query $q$ that largest weight, entry $q$ is `nan`.
   Work out when that happens ({ref}`ch01_ex5` helps). Equal distances are exactly equal in
   the checks, whose coordinates are small integers or halves.
+- The chapter's question, answered by the same function: called with `coldest=True`, it returns
+  instead the index (a Python `int`) of the query that needs the smallest temperature. In these
+  calls every query's target is reachable, and the smallest temperature is clearly the smallest.
 
 No formula turns the largest weight back into $\tau$ in general, but it only falls as $\tau$
 grows, and such a function is inverted numerically by *bisection*: take a low and a high
@@ -20,9 +24,8 @@ temperature whose largest weights lie on either side of the target, try one betw
 the half of the interval that still brackets the target, and repeat. Every step halves the
 interval, so a few dozen steps pin the temperature down far more closely than the checks need.
 
-When your function passes, call it in a cell of your own on the chapter's stations and
-queries with `target = 0.9`. Which query needs the smallest temperature, and why is it not
-the one nearest to a station?
+Before you run it on the chapter's stations and queries with `target = 0.9` and `coldest=True`,
+predict the answer. Why is it not the query nearest to a station?
 """
 from __future__ import annotations
 
@@ -48,12 +51,15 @@ def _gaps(queries, keys):
     return squared - squared.min(dim=-1, keepdim=True).values
 
 
-def temperature_for_peak(queries, keys, target):
+def temperature_for_peak(queries, keys, target, coldest=False):
     """Reference: bisection on beta = 1 / tau of sum_j exp(-gap_j * beta) = 1 / target, in float64.
 
     The largest weight is 1 / sum_j exp(-gap_j / tau), which falls strictly from 1 / c (c keys
     at gap 0, as tau -> 0) to 1 / num_keys (as tau -> inf): a target is reached iff it is below 1 / c.
+    With ``coldest=True``: the index of the query whose temperature is smallest.
     """
+    if coldest:
+        return int(temperature_for_peak(queries, keys, target).double().argmin())
     gaps = _gaps(queries, keys)
     tied = (gaps == 0).sum(-1)
     reachable = target < 1.0 / tied
@@ -169,13 +175,43 @@ def _hidden_calls(seed):
     return calls
 
 
+def _coldest_station_calls(seed):
+    """The chapter's stations and queries, targets 0.9 and 0.5: the query (2, 2) needs the smallest
+    temperature both times (about 1.34 and 3.76), not the query standing on station B (2.13 and 7.72)."""
+    return [Call(args=call.args, kwargs={"coldest": True}) for call in _station_calls(seed)[::-1]]
+
+
+def _coldest_hidden_calls(seed):
+    """Random small-integer points without ties, a reachable target; kept only where the smallest
+    temperature is at least 5 % below the next one."""
+    g = gen(seed)
+    calls = []
+    while len(calls) < 2:
+        d, num_keys, num_queries = randint(g, 1, 3), randint(g, 3, 7), randint(g, 3, 6)
+        keys = torch.randint(-6, 7, (num_keys, d), generator=g).float()
+        queries = torch.randint(-12, 13, (num_queries, d), generator=g).float() / 2
+        target = 1.0 / num_keys + (1 - 1.0 / num_keys) * (0.2 + 0.7 * torch.rand(1, generator=g).item())
+        tau = temperature_for_peak(queries, keys, target).double()
+        if bool(torch.isnan(tau).any()):
+            continue
+        low, second = tau.sort().values[:2].tolist()
+        if low < 0.95 * second:
+            calls.append(Call(args=(queries, keys, target), kwargs={"coldest": True}))
+    return calls
+
+
 # Kept mistakes, each with its hint --------------------------------------------------------
+
+
+# The first four are mistakes in the temperatures: they answer the question as the reference does.
 
 
 @mistakes.keep("the two nearest keys only",
                "your temperatures solve the two-key equation, nearest key against the next one; with more keys "
                "the third, fourth, ... keys take weight too, so every key belongs in the sum.")
-def _peak_two_nearest(queries, keys, target):
+def _peak_two_nearest(queries, keys, target, coldest=False):
+    if coldest:
+        return temperature_for_peak(queries, keys, target, coldest=True)
     gaps = _gaps(queries, keys)
     tied = (gaps == 0).sum(-1)
     second = gaps.sort(dim=-1).values[:, 1]
@@ -186,7 +222,9 @@ def _peak_two_nearest(queries, keys, target):
 @mistakes.keep("a tie never gives nan",
                "a query with c equally near keys never has a largest weight above 1/c, at any temperature (the "
                "limit of Exercise 5); when the target is at least 1/c no temperature reaches it, and the entry is nan.")
-def _peak_no_nan(queries, keys, target):
+def _peak_no_nan(queries, keys, target, coldest=False):
+    if coldest:
+        return temperature_for_peak(queries, keys, target, coldest=True)
     tau = temperature_for_peak(queries, keys, target)
     smallest_gap = _gaps(queries, keys).masked_fill(_gaps(queries, keys) == 0, math.inf).min(-1).values
     # the end of a search that never brackets the target: a very small temperature
@@ -197,7 +235,9 @@ def _peak_no_nan(queries, keys, target):
 @mistakes.keep("any tie gives nan",
                "a tie alone does not make the target unreachable: with c equally near keys the largest weight "
                "falls from 1/c towards 1/num_keys as the temperature grows, so a target below 1/c has a temperature.")
-def _peak_tie_is_nan(queries, keys, target):
+def _peak_tie_is_nan(queries, keys, target, coldest=False):
+    if coldest:
+        return temperature_for_peak(queries, keys, target, coldest=True)
     tau = temperature_for_peak(queries, keys, target)
     tied = (_gaps(queries, keys) == 0).sum(-1)
     return torch.where(tied > 1, torch.full_like(tau, math.nan), tau)
@@ -207,9 +247,21 @@ def _peak_tie_is_nan(queries, keys, target):
                "the temperature this check needs lies outside the interval you searched (your answers stop at "
                "its end); how large it must be depends on the gaps between squared distances, so the interval "
                "has to grow until the largest weights at its two ends lie on either side of the target.")
-def _peak_fixed_interval(queries, keys, target):
+def _peak_fixed_interval(queries, keys, target, coldest=False):
+    if coldest:
+        return temperature_for_peak(queries, keys, target, coldest=True)
     tau = temperature_for_peak(queries, keys, target)
     return torch.where(torch.isnan(tau), tau, tau.clamp(1e-3, 1e3))
+
+
+@mistakes.keep("the query nearest to a key",
+               "you answered with the query nearest to a key. Adding one number to all of a query's scores leaves "
+               "its softmax unchanged, so how near its nearest key is does not count, only how far behind it the "
+               "other keys are.")
+def _peak_nearest_query(queries, keys, target, coldest=False):
+    if not coldest:
+        return temperature_for_peak(queries, keys, target)
+    return int(((queries[:, None] - keys[None]) ** 2).sum(-1).amin(-1).argmin())
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
@@ -218,7 +270,7 @@ def _peak_fixed_interval(queries, keys, target):
 @alternatives.keep("Newton on the inverse temperature",
                    "float64 Newton steps on beta = 1/tau from beta = 0: sum_j exp(-gap_j beta) is convex and "
                    "decreasing, so the steps climb to the root without overshooting")
-def _peak_alt_newton(queries, keys, target):
+def _peak_alt_newton(queries, keys, target, coldest=False):
     q, k = queries.double(), keys.double()
     squared = torch.cdist(q, k) ** 2
     gaps = squared - squared.amin(dim=1, keepdim=True)
@@ -230,13 +282,15 @@ def _peak_alt_newton(queries, keys, target):
         excess = terms.sum(1) - 1.0 / target
         slope = -(gaps * terms).sum(1)
         beta = torch.where(excess > 0, beta - excess / slope.clamp(max=-1e-300), beta)
+    if coldest:   # the smallest temperature is the largest inverse temperature
+        return int(beta.argmax())
     return torch.where(target * tied < 1, 1.0 / beta, torch.tensor(math.nan, dtype=torch.float64)).to(queries.dtype)
 
 
 @alternatives.keep("loops with a widening interval",
                    "plain Python floats per query: grow the interval on log tau until it brackets the target, "
                    "then bisect")
-def _peak_alt_loops(queries, keys, target):
+def _peak_alt_loops(queries, keys, target, coldest=False):
     out = []
     for q in queries.tolist():
         dist = [sum((a - b) ** 2 for a, b in zip(q, key)) for key in keys.tolist()]
@@ -258,13 +312,15 @@ def _peak_alt_loops(queries, keys, target):
             middle = (low + high) / 2
             low, high = (middle, high) if peak(middle) > target else (low, middle)
         out.append(math.exp((low + high) / 2))
+    if coldest:
+        return min(range(len(out)), key=out.__getitem__)
     return torch.tensor(out, dtype=queries.dtype)
 
 
 @alternatives.keep("float32 bisection through torch.softmax",
                    "the definition itself in the inputs' dtype: softmax(-distance^2 / tau).max() for every query, "
                    "geometric bisection on tau after doubling the interval")
-def _peak_alt_softmax(queries, keys, target):
+def _peak_alt_softmax(queries, keys, target, coldest=False):
     squared = ((queries[:, None] - keys[None]) ** 2).sum(-1)
 
     def peak(tau):
@@ -283,6 +339,8 @@ def _peak_alt_softmax(queries, keys, target):
         above = peak(middle) > target
         low, high = torch.where(above, middle, low), torch.where(above, high, middle)
     tau = (low * high).sqrt()
+    if coldest:
+        return tau.argmin().item()
     return torch.where(reachable, tau, torch.full_like(tau, math.nan))
 
 
@@ -306,6 +364,14 @@ register(Exercise(
               hint=_HINT + " The inputs here are float64 (the result has the dtype of queries)."),
         Check("random small-integer points with a duplicated key (hidden)", _hidden_calls, public=False,
               compare=_compare_peaks, hint=_HINT),
+        Check("the question: which of the chapter's queries needs the smallest temperature, targets 0.9 and 0.5",
+              _coldest_station_calls,
+              hint="with coldest=True the result is a query's index (a Python int): the query whose largest "
+                   "weight reaches the target at the smallest temperature; here the queries are the chapter's "
+                   "three, in some order."),
+        Check("the question on random small-integer points (hidden)", _coldest_hidden_calls, seed=9, public=False,
+              hint="with coldest=True the result is the index of the query whose largest weight reaches the "
+                   "target at the smallest temperature."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),

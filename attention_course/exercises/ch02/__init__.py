@@ -7,7 +7,8 @@
   descent on ``log(width)`` of the leave-one-out squared error.
 * ``ch02_ex4`` – ``width_choices(keys, values, test_queries, test_targets, candidates)``:
   the width leave-one-out picks against the width the test error picks (the chapter
-  only shows leave-one-out).
+  only shows leave-one-out), and ``excess``, the checked answer to its question: how much
+  larger the test error is at the leave-one-out width.
 * ``ch02_ex5`` – ``local_linear(queries, keys, values, width)``: local linear regression,
   the fix of Nadaraya–Watson's boundary bias; its weights still sum to one but may be
   negative (not shown in the chapter).

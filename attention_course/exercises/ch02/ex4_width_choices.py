@@ -12,9 +12,12 @@ trusted them on new data. Test that trust: write
   from the other $n - 1$ training points).
 * `test_errors[j]`: the mean squared error of predicting each test target, at its test
   query, from all $n$ training points, with the same width.
-* Return `(loo_width, test_width, loo_errors, test_errors)`: the candidate widths with the
-  smallest leave-one-out and the smallest test error, as Python floats, and the two
-  float32 tensors of shape `(m,)`, entry `j` belonging to `candidates[j]`.
+* Return `(loo_width, test_width, loo_errors, test_errors, excess)`: the candidate widths
+  with the smallest leave-one-out and the smallest test error, as Python floats, the two
+  float32 tensors of shape `(m,)`, entry `j` belonging to `candidates[j]`, and the answer
+  to the question below, for this data set: `excess`, how much larger the test error at
+  `loo_width` is than at `test_width`, relative to the latter (`0.25` for 25 % larger,
+  `0.0` when the two widths agree), a Python float.
 * Candidate widths may be small (the checks use widths from $0.03$), where every
   Gaussian factor of a point can underflow to 0 in float32: compute the weights in a
   numerically stable way, as in {ref}`ch02_ex2`, so that every error is finite.
@@ -22,10 +25,11 @@ trusted them on new data. Test that trust: write
   positive widths, and naming `keys` and `values` unless both are 1-D with the same
   length $\ge 2$.
 
-Then, in a cell of your own, run it on `make_regression_1d(num_train=50, noise=0.3,
-seed=s)` for `s in range(10)` with `candidates = torch.linspace(0.05, 1.0, 20)`. How
-often do the two widths agree, and how much larger is the test error at `loo_width`
-than at `test_width`?
+The question: how much does choosing the width by leave-one-out cost on new data? The
+checks grade `excess` on every data set they pass. Then, in a cell of your own, run it on
+`make_regression_1d(num_train=50, noise=0.3, seed=s)` for `s in range(10)` with
+`candidates = torch.linspace(0.05, 1.0, 20)`. How often do the two widths agree, how large
+is `excess` on average and at worst, and why is `test_width` no fair choice of width?
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ import torch
 
 from ...data import make_regression_1d
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import ERROR_WEIGHT, Kept
+from .._kit import ERROR_WEIGHT, Kept, gen, randint
 from ._common import _check_width
 from .ex3_fit_width import _check_1d_pair
 
@@ -90,12 +94,13 @@ def _validate_choices(keys, values, test_queries, test_targets, candidates):
 
 
 def width_choices(keys, values, test_queries, test_targets, candidates):
-    """Returns (loo_width, test_width, loo_errors, test_errors); errors computed in float64."""
+    """Returns (loo_width, test_width, loo_errors, test_errors, excess); errors computed in float64."""
     _validate_choices(keys, values, test_queries, test_targets, candidates)
     loo = _loo_errors64(keys, values, candidates)
     test = _test_errors64(keys, values, test_queries, test_targets, candidates)
+    excess = (test[loo.argmin()] / test[test.argmin()] - 1).item()
     return (candidates[loo.argmin()].item(), candidates[test.argmin()].item(),
-            loo.to(keys.dtype), test.to(keys.dtype))
+            loo.to(keys.dtype), test.to(keys.dtype), excess)
 
 
 # Inputs of the public and hidden checks ---------------------------------------------------
@@ -115,8 +120,9 @@ def _compare_choices(got, want, calls):
         if g["status"] == "raised":
             return f"raised {g['error_type']}: {g['message'][:300]}"
         gv, wv = g["value"], w["value"]
-        if not (isinstance(gv, dict) and "__seq__" in gv and len(gv["__seq__"]) == 4):
-            return f"{where} should be a tuple of 4 items (loo_width, test_width, loo_errors, test_errors)"
+        if not (isinstance(gv, dict) and "__seq__" in gv and len(gv["__seq__"]) == 5):
+            return (f"{where} should be a tuple of 5 items (loo_width, test_width, loo_errors, test_errors, "
+                    f"excess)")
         for j, name in ((2, "loo_errors"), (3, "test_errors")):
             reason = compare_values(gv["__seq__"][j], wv["__seq__"][j], _CHOICE_RTOL, _CHOICE_ATOL,
                                     f"{name} in {where}")
@@ -142,6 +148,32 @@ def _compare_choices(got, want, calls):
                 return f"{name} in {where} is {width:.4g}, which is not one of the candidates"
             if not bool((close & good).any()):
                 return f"{name} in {where} is {width:.4g}, not the candidate with the smallest error"
+        reason = _excess_problem(gv["__seq__"], wv["__seq__"], candidates, where)
+        if reason:
+            return reason
+    return None
+
+
+def _excess_problem(mine, theirs, candidates, where):
+    """``excess`` equal to the expected one, or else to the one the expected test errors give at the widths
+    the answer returned (so a near-tie that the widths may take either way never decides); the very same
+    value where the expected widths are not both floats or the errors have NaN (a kept mistake's output)."""
+    from ...checks.checking import compare_values
+    excess, errors = mine[4], theirs[3]
+    if compare_values(excess, theirs[4], _CHOICE_RTOL, _CHOICE_ATOL) is None:
+        return None          # the expected value (or, matching a kept mistake, that mistake's own)
+    widths_ok = all(isinstance(w, float) and not isinstance(w, bool) for w in (*mine[:2], *theirs[:2]))
+    if not widths_ok or not isinstance(theirs[4], float) or bool(errors.isnan().any()):
+        if isinstance(excess, float) and isinstance(theirs[4], float) and math.isnan(excess) and math.isnan(theirs[4]):
+            return None
+        return compare_values(excess, theirs[4], _CHOICE_RTOL, _CHOICE_ATOL, f"excess in {where}")
+    if isinstance(excess, bool) or not isinstance(excess, (int, float)):
+        return f"excess in {where} is {type(excess).__name__} {excess!r}"[:160] + ", expected a float"
+    at = [int((candidates - w).abs().argmin()) for w in mine[:2]]
+    errors = errors.double()
+    expected = (errors[at[0]] / errors[at[1]] - 1).item()
+    if not math.isfinite(excess) or abs(excess - expected) > 1e-3 * abs(expected) + 1e-5:
+        return f"excess in {where} is {excess:.4g}: off by {abs(excess - expected):.3g} for the widths returned"
     return None
 
 
@@ -193,15 +225,37 @@ def _choices_hidden_calls(seed):
     return [Call(args=(keys, values, data.x_test, data.y_test, candidates))]
 
 
+def _question_calls(seed):
+    """The question's setting (50 points, noise 0.3, 20 candidate widths from 0.05 to 1) on data sets
+    where the two choices differ, each by a clear margin (no near-tie decides either width), so that
+    ``excess`` is not 0. The data seeds are searched from ``seed`` on, in steps drawn from it."""
+    g = gen(seed)
+    candidates = torch.linspace(0.05, 1.0, 20)
+    calls, data_seed = [], 1000 * seed
+    while len(calls) < 2:
+        data_seed += randint(g, 1, 9)
+        data = make_regression_1d(num_train=50, num_test=100, noise=0.3, seed=data_seed)
+        k, v, q, t = (x.double() for x in (data.x_train, data.y_train, data.x_test, data.y_test))
+        twice = 2 * candidates.double()[:, None, None] ** 2      # every candidate at once: a quick search
+        scores = (-(k[:, None] - k[None, :]) ** 2 / twice).masked_fill(torch.eye(50, dtype=torch.bool), -math.inf)
+        loo = ((torch.softmax(scores, dim=-1) @ v - v) ** 2).mean(-1)
+        test = ((torch.softmax(-(q[:, None] - k[None, :]) ** 2 / twice, dim=-1) @ v - t) ** 2).mean(-1)
+        firsts = [errors.sort().values[:2] for errors in (loo, test)]
+        if loo.argmin() != test.argmin() and all(b > a * (1 + 1e-3) for a, b in firsts):
+            calls.append(Call(args=(data.x_train, data.y_train, data.x_test, data.y_test, candidates)))
+    return calls
+
+
 # Kept mistakes, each with its hint --------------------------------------------------------
 
 
-def _choices_mistake(loo_kw=None, test_kw=None, pick=lambda c, e: c[e.argmin()].item()):
+def _choices_mistake(loo_kw=None, test_kw=None, pick=lambda c, e: c[e.argmin()].item(),
+                     excess=lambda loo, test: (test[loo.argmin()] / test.min() - 1).item()):
     def impl(keys, values, test_queries, test_targets, candidates):
         _validate_choices(keys, values, test_queries, test_targets, candidates)
         loo = _loo_errors64(keys, values, candidates, **(loo_kw or {}))
         test = _test_errors64(keys, values, test_queries, test_targets, candidates, **(test_kw or {}))
-        return pick(candidates, loo), pick(candidates, test), loo.float(), test.float()
+        return pick(candidates, loo), pick(candidates, test), loo.float(), test.float(), excess(loo, test)
     return impl
 
 
@@ -238,13 +292,26 @@ def _choices_float32_ratio(keys, values, test_queries, test_targets, candidates)
         tk = torch.exp(-(test_queries[:, None] - keys[None, :]) ** 2 / (2 * h ** 2))
         test.append((((tk @ values) / tk.sum(1) - test_targets) ** 2).mean())
     loo, test = torch.stack(loo), torch.stack(test)
-    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test
+    excess = (test[loo.argmin()] / test[test.argmin()] - 1).item()
+    return candidates[loo.argmin()].item(), candidates[test.argmin()].item(), loo, test, excess
 
 
 mistakes.add("summed the errors",
              "the errors are means over the points, not sums; a sum grows "
 "with the number of points.",
              _choices_mistake(loo_kw={"reduce": "sum"}, test_kw={"reduce": "sum"}))
+
+
+mistakes.add("excess as a difference",
+             "excess is the difference of the two test errors divided by the test error at test_width "
+             "(a relative excess); the plain difference depends on the scale of the targets.",
+             _choices_mistake(excess=lambda loo, test: (test[loo.argmin()] - test.min()).item()))
+
+
+mistakes.add("excess from the leave-one-out errors",
+             "excess compares the two widths on the test set: it is the test error at loo_width over the test "
+             "error at test_width; the leave-one-out errors only choose loo_width.",
+             _choices_mistake(excess=lambda loo, test: (loo[test.argmin()] / loo.min() - 1).item()))
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
@@ -264,8 +331,10 @@ def _choices_alt_batched(keys, values, test_queries, test_targets, candidates):
     loo_errors = ((loo_scores.softmax(-1) @ values - values) ** 2).mean(-1)
     test_scores = -(test_queries[:, None] - keys[None, :]) ** 2 / w2
     test_errors = ((test_scores.softmax(-1) @ values - test_targets) ** 2).mean(-1)
+    # excess as a percentage first, then turned into a fraction
+    percent = 100 * (test_errors[loo_errors.argmin()] - test_errors.min()) / test_errors.min()
     return (candidates[loo_errors.argmin()].item(), candidates[test_errors.argmin()].item(),
-            loo_errors, test_errors)
+            loo_errors, test_errors, percent.item() / 100)
 
 
 @alternatives.keep("python loops",
@@ -288,7 +357,8 @@ def _choices_alt_loops(keys, values, test_queries, test_targets, candidates):
         test.append(float(((w @ values - test_targets) ** 2).mean()))
     loo, test = torch.tensor(loo), torch.tensor(test)
     best_loo, best_test = min(range(len(loo)), key=loo.__getitem__), min(range(len(test)), key=test.__getitem__)
-    return candidates[best_loo].item(), candidates[best_test].item(), loo, test
+    excess = float(test[best_loo]) / float(test[best_test]) - 1 if best_loo != best_test else 0.0
+    return candidates[best_loo].item(), candidates[best_test].item(), loo, test, excess
 
 
 @alternatives.keep("kernel ratio in float64",
@@ -308,8 +378,9 @@ def _choices_alt_kernel_ratio64(keys, values, test_queries, test_targets, candid
         loo.append((((kernel @ v) / kernel.sum(1) - v) ** 2).mean())
         tk = torch.exp(-(q[:, None] - k[None, :]) ** 2 / (2 * h ** 2))
         test.append((((tk @ v) / tk.sum(1) - t) ** 2).mean())
+    excess = float(torch.stack(test)[torch.argmin(torch.stack(loo))] / min(test) - 1)   # in float64
     loo, test = torch.stack(loo).float(), torch.stack(test).float()
-    return float(candidates[torch.argmin(loo)]), float(candidates[torch.argmin(test)]), loo, test
+    return float(candidates[torch.argmin(loo)]), float(candidates[torch.argmin(test)]), loo, test, excess
 
 
 # Registration -----------------------------------------------------------------------------
@@ -334,6 +405,10 @@ register(Exercise(
               hint="calls 1 to 4 pass a zero, a negative, no candidate and a 2-D candidates (name "
                    "candidates); calls 5 to 7 keys and values of different lengths, not 1-D, or of length 1 "
                    "(name both)."),
+        Check("the question: 20 candidate widths on 50 noisy points, where the two choices differ",
+              _question_calls, seed=3, compare=_compare_choices,
+              hint="on these data sets leave-one-out and the test error choose different widths; excess "
+                   "compares the test errors at the two widths returned, relative to the one at test_width."),
         Check("fresh data with an outlying point, ten candidates (hidden)", _choices_hidden_calls,
               public=False, seed=5, compare=_compare_choices,
               hint="this check adds a training point 0.8 beyond the others and a candidate width 0.04: "

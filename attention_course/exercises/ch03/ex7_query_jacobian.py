@@ -6,7 +6,8 @@ $\mathbf{q}$ of size $d$, keys $\mathbf{k}_1, \dots, \mathbf{k}_n$ and values
 $\mathbf{v}_1, \dots, \mathbf{v}_n$, the weights are
 $a_i = \operatorname{softmax}_i\big(\mathbf{k}_i^\top \mathbf{q} / \sqrt{d}\big)$ and the output
 is $\mathbf{o} = \sum_i a_i \mathbf{v}_i$. Derive the Jacobian $\partial \mathbf{o} / \partial \mathbf{q}$,
-a $d_v \times d$ matrix, with pen and paper, and write `query_jacobian(queries, keys, values)`,
+a $d_v \times d$ matrix, with pen and paper, and write
+`query_jacobian(queries, keys, values, factors=None)`,
 which evaluates your formula for every query at once. The derivation is the point of the
 exercise: compute the result from your formula, not with autograd (`backward`,
 `torch.autograd`, `torch.func`). Neither the checks nor the grader can tell how you computed
@@ -24,11 +25,16 @@ passes them without answering the exercise. Use autograd to test your formula, n
   where the softmax is one-hot to machine precision and the Jacobian is 0.
 - When the last sizes of `queries` and `keys` differ, or `keys` and `values` have different
   numbers of rows, raise `ValueError` naming those two arguments and their shapes.
+- The chapter's question, answered by the same function: called with `factors`, a list of positive
+  numbers, and one query (`queries` of shape `(1, d)`, no batch axis), it returns instead a list of
+  those factors, from the one at which the Jacobian of the query `factor * queries[0]` is largest
+  to the one at which it is smallest, in Frobenius norm (the square root of the sum of the squared
+  entries). The checks leave clear gaps between the sizes.
 
-When your function passes, call it in a cell of your own on the keys and values of the running
-example's first sequence with the query $(1, 0.5, 0, 0)$ multiplied by 1, 10 and 100. What
-happens to the Jacobian as the softmax saturates, and what does that say about the $1/\sqrt{d}$
-scale the chapter argues for?
+Before you call it on the keys and values of the running example's first sequence with the
+query $(1, 0.5, 0, 0)$ and `factors=[1, 10, 100]`, predict the order. What happens to the
+Jacobian as the softmax saturates, and what does that say about the $1/\sqrt{d}$ scale the
+chapter argues for?
 """
 from __future__ import annotations
 
@@ -57,10 +63,19 @@ def _check_sizes(queries, keys, values):
                          "have different numbers of rows n")
 
 
-def query_jacobian(queries, keys, values):
+def _ordered_factors(queries, keys, values, factors):
+    """The question's answer: the factors, from the largest Jacobian (Frobenius norm, float64) down."""
+    q, k, v = queries.double(), keys.double(), values.double()
+    sizes = [float(query_jacobian(f * q, k, v).norm()) for f in factors]
+    return [factors[i] for i in sorted(range(len(factors)), key=lambda i: -sizes[i])]
+
+
+def query_jacobian(queries, keys, values, factors=None):
     """Reference: d o / d q = (1/sqrt d) sum_i a_i (v_i - o)(k_i - kbar)^T, a covariance of the
     values and the keys under the attention weights (both sides centred, as derived)."""
     _check_sizes(queries, keys, values)
+    if factors is not None:
+        return _ordered_factors(queries, keys, values, factors)
     scale = 1.0 / math.sqrt(queries.shape[-1])
     weights = torch.softmax(queries @ keys.transpose(-1, -2) * scale, dim=-1)     # (..., m, n)
     out = weights @ values                                                         # (..., m, d_v)
@@ -74,8 +89,7 @@ def query_jacobian(queries, keys, values):
 
 
 def _autograd_jacobian(queries, keys, values):
-    """d output / d query by autograd, in float64, one query at a time: the hidden check's second
-    opinion. It shares no code with the reference; no public check uses it, so no release ships it."""
+    """d output / d query by autograd in float64: the hidden check's second opinion (never shipped)."""
     q, k, v = queries.double(), keys.double(), values.double()
     batched = q.dim() == 3
     if not batched:
@@ -92,10 +106,8 @@ def _autograd_jacobian(queries, keys, values):
 
 
 def _jacobian_problem(got, want, calls, truth=None):
-    """What differs between the answer's Jacobians ``got`` and ``want`` (within rtol 1e-4,
-    atol 1e-5), call by call; None when they agree. ``truth(call)``, where given, is a second
-    opinion in float64 that an answer may agree with instead of ``want``. An answer equal to
-    ``want`` agrees with it: that is how an answer is matched to a kept mistake."""
+    """What differs between the answer's Jacobians ``got`` and ``want`` (rtol 1e-4, atol 1e-5), or None;
+    ``truth(call)``, where given, a float64 second opinion an answer may agree with instead."""
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
         where = "the result" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: the result"
         problem = tensor_problem(g, w, where, raised="")
@@ -117,16 +129,12 @@ def _jacobian_problem(got, want, calls, truth=None):
 
 
 def _against_the_course(got, want, calls):
-    """The public checks' compare: the answer against the course's Jacobian ``want`` (in a
-    release, the outputs stored when it was made). Nothing is recomputed, so a release ships no
-    routine that gives the answer by another route."""
+    """The public checks' compare: against the course's Jacobian (stored in a release); nothing recomputed."""
     return _jacobian_problem(got, want, calls)
 
 
 def _against_autograd(got, want, calls):
-    """The hidden check's compare (never shipped): as :func:`_against_the_course`, and an answer
-    that agrees with autograd's Jacobian in float64 where the reference's float32 rounding does
-    not passes too."""
+    """The hidden check's compare (never shipped): the course's Jacobian or autograd's in float64."""
     return _jacobian_problem(got, want, calls, truth=lambda call: _autograd_jacobian(*call.args))
 
 
@@ -134,10 +142,8 @@ _SMALL_SEED = 0  # check 0's own seed: the case by hand, as it ships
 
 
 def _small_calls(seed):
-    """One query in 2-D, three keys, values of size 3: small enough to do by hand. At any other
-    seed than its own (grading), the same case turned: query and keys rotated (or reflected) in
-    their plane, which keeps every score, the keys taken in another order with their values, and
-    the values redrawn, so its outputs are not the ones a release ships."""
+    """One query in 2-D, three keys, values of size 3, by hand. Graded: query and keys turned in their
+    plane (every score kept), keys reordered with their values, values redrawn."""
     queries = torch.tensor([[1.0, -0.5]])
     keys = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]])
     values = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0], [1.0, 1.0, 0.0]])
@@ -215,11 +221,53 @@ def _bad_calls(seed):
 
 
 def _bad_words(call):
-    """The two arguments that disagree, and their shapes."""
     queries, keys, values = call.args
     pair = ((("queries", queries), ("keys", keys)) if queries.shape[-1] != keys.shape[-1]
             else (("keys", keys), ("values", values)))
     return [name for name, _ in pair] + [shape_of(tensor) for _, tensor in pair]
+
+
+def _clear_gaps(queries, keys, values, factors, floor=0.0):   # sizes 0.1 % apart, none below floor
+    sizes = sorted(float(query_jacobian(f * queries.double(), keys.double(), values.double()).norm()) for f in factors)
+    return sizes[0] > floor and all(b > a * 1.001 for a, b in zip(sizes, sizes[1:]))
+
+
+def _question_calls(seed):
+    """The running example's first sequence, query (1, 0.5, 0, 0); then two keys tied at the top. Graded: turned
+    (scores and norms kept), keys reordered, factors shuffled and times 1/2 or 2 (with clear gaps)."""
+    cases = [(torch.tensor([[1.0, 0.5, 0.0, 0.0]]),
+              torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [-1.0, 0.0, 0.0, 1.0]]),
+              torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 1.0]]), [10.0, 1.0, 100.0]),
+             (torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]),
+              torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]), [2.0, 100.0, 0.5])]
+    calls, g = [], gen(seed)
+    for queries, keys, values, factors in cases:
+        if seed != 3:
+            turn, twist = (torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))[0]
+                           for n in (keys.shape[1], values.shape[1]))
+            order = torch.randperm(keys.shape[0], generator=g)
+            queries, keys, values = ((t.double() @ m).float() for t, m in
+                                     ((queries, turn), (keys[order], turn), (values[order], twist)))
+            scales = [(0.5, 2.0)[randint(g, 0, 1)], 1.0]    # 1: if the scale drawn leaves no clear gaps
+            shuffled = [factors[i] for i in torch.randperm(len(factors), generator=g).tolist()]
+            factors = next([f * c for f in shuffled] for c in scales
+                           if _clear_gaps(queries, keys, values, [f * c for f in shuffled]))
+        calls.append(Call(args=(queries, keys, values), kwargs={"factors": factors}))
+    return calls
+
+
+def _question_hidden_calls(seed):
+    """Random sizes, one query, three or four factors from 0.1 to 30, kept where the sizes have clear gaps."""
+    g = gen(seed)
+    calls = []
+    while len(calls) < 3:
+        d, n, d_v = randint(g, 2, 6), randint(g, 2, 7), randint(g, 1, 4)
+        queries = torch.randn(1, d, generator=g) * 2
+        keys, values = torch.randn(n, d, generator=g), torch.randn(n, d_v, generator=g)
+        factors = [round(0.1 * 300 ** float(torch.rand((), generator=g)), 2) for _ in range(randint(g, 3, 4))]
+        if len(set(factors)) == len(factors) and _clear_gaps(queries, keys, values, factors, floor=1e-6):
+            calls.append(Call(args=(queries, keys, values), kwargs={"factors": factors}))
+    return calls
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
@@ -232,21 +280,24 @@ def _stable_weights(queries, keys, scale):
 @mistakes.keep("transposed (d, d_v)",
                "each query's block has d rows and d_v columns; the Jacobian of an output of size d_v with "
                "respect to a query of size d has d_v rows (one per output coordinate) and d columns.")
-def _jac_transposed(queries, keys, values):
-    return query_jacobian(queries, keys, values).transpose(-1, -2)
+def _jac_transposed(queries, keys, values, factors=None):   # the question answered as the reference does
+    return query_jacobian(queries, keys, values, factors) if factors else query_jacobian(queries, keys, values).mT
 
 
 @mistakes.keep("no 1/sqrt(d) in front",
                "your Jacobian is sqrt(d) times too large: the 1/sqrt(d) that scales the scores was left out "
                "of their derivatives with respect to the query.")
-def _jac_unscaled(queries, keys, values):
-    return query_jacobian(queries, keys, values) * math.sqrt(queries.shape[-1])
+def _jac_unscaled(queries, keys, values, factors=None):
+    return query_jacobian(queries, keys, values, factors) if factors else \
+        query_jacobian(queries, keys, values) * math.sqrt(queries.shape[-1])
 
 
 @mistakes.keep("weights from unscaled scores",
                "the weights in your formula come from the softmax of q.k without the division by sqrt(d); "
                "the weights of this exercise are those of the scaled scores.")
-def _jac_unscaled_weights(queries, keys, values):
+def _jac_unscaled_weights(queries, keys, values, factors=None):
+    if factors is not None:   # a mistake in the Jacobian: the question answered as the reference does
+        return _ordered_factors(queries, keys, values, factors)
     _check_sizes(queries, keys, values)
     d = queries.shape[-1]
     weights = _stable_weights(queries, keys, 1.0)
@@ -260,7 +311,9 @@ def _jac_unscaled_weights(queries, keys, values):
                "your Jacobian behaves as if each weight a_i moved with its own score only: the softmax's "
                "denominator depends on every score, and its derivative is missing from your formula. "
                "One key, or all keys equal, must give 0.")
-def _jac_uncentred(queries, keys, values):
+def _jac_uncentred(queries, keys, values, factors=None):
+    if factors is not None:   # a mistake in the Jacobian: the question answered as the reference does
+        return _ordered_factors(queries, keys, values, factors)
     _check_sizes(queries, keys, values)
     scale = 1.0 / math.sqrt(queries.shape[-1])
     weights = _stable_weights(queries, keys, scale)
@@ -271,7 +324,9 @@ def _jac_uncentred(queries, keys, values):
                "your formula keeps only the derivative of each weight with respect to its own score and drops "
                "how the other scores move it: the weights share one denominator, so every score moves "
                "every weight.")
-def _jac_diagonal_only(queries, keys, values):
+def _jac_diagonal_only(queries, keys, values, factors=None):
+    if factors is not None:   # a mistake in the Jacobian: the question answered as the reference does
+        return _ordered_factors(queries, keys, values, factors)
     _check_sizes(queries, keys, values)
     scale = 1.0 / math.sqrt(queries.shape[-1])
     weights = _stable_weights(queries, keys, scale)
@@ -282,7 +337,9 @@ def _jac_diagonal_only(queries, keys, values):
                "the keys were centred by their plain average, which does not depend on the query; the "
                "centring in the Jacobian comes out of the softmax's derivative, so work out that step "
                "again to see which centre it produces.")
-def _jac_plain_mean(queries, keys, values):
+def _jac_plain_mean(queries, keys, values, factors=None):
+    if factors is not None:   # a mistake in the Jacobian: the question answered as the reference does
+        return _ordered_factors(queries, keys, values, factors)
     _check_sizes(queries, keys, values)
     scale = 1.0 / math.sqrt(queries.shape[-1])
     weights = _stable_weights(queries, keys, scale)
@@ -294,7 +351,9 @@ def _jac_plain_mean(queries, keys, values):
                "your weights are exp(score) over the sum of exp(score); with scores in the hundreds exp "
                "overflows to inf and inf / inf is NaN. Subtracting each row's largest score first (or "
                "torch.softmax, which does) leaves the weights unchanged and keeps them finite.")
-def _jac_overflow(queries, keys, values):
+def _jac_overflow(queries, keys, values, factors=None):
+    if factors is not None:   # a mistake in the Jacobian: the question answered as the reference does
+        return _ordered_factors(queries, keys, values, factors)
     _check_sizes(queries, keys, values)
     scale = 1.0 / math.sqrt(queries.shape[-1])
     e = torch.exp(queries @ keys.transpose(-1, -2) * scale)
@@ -305,15 +364,30 @@ def _jac_overflow(queries, keys, values):
     return torch.einsum("...jn,...jnr,...jnc->...jrc", weights, v_centred, k_centred) * scale
 
 
+@mistakes.keep("larger scores, larger Jacobian",
+               "you ordered the factors from the largest: a longer query gives larger scores, but a softmax "
+               "pushed towards one key moves less, not more, when its query moves. Measure the Jacobian at "
+               "each factor.")
+def _jac_larger_is_steeper(queries, keys, values, factors=None):
+    if factors is not None:
+        _check_sizes(queries, keys, values)
+        return sorted(factors, reverse=True)
+    return query_jacobian(queries, keys, values)
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
 @alternatives.keep("loops in float64",
                    "plain Python loops over batch entries, queries and keys in float64, cast back at the end")
-def _jac_alt_loops(queries, keys, values):
+def _jac_alt_loops(queries, keys, values, factors=None):
     if queries.shape[-1] != keys.shape[-1] or keys.shape[-2] != values.shape[-2]:
         raise ValueError(f"shapes do not fit: queries {tuple(queries.shape)}, keys {tuple(keys.shape)}, "
                          f"values {tuple(values.shape)}")
+    if factors is not None:   # Python floats: the sum of squares of each Jacobian
+        sizes = {f: math.sqrt(sum(x * x for x in _jac_alt_loops(f * queries, keys, values).flatten().tolist()))
+                 for f in factors}
+        return sorted(factors, key=lambda f: sizes[f], reverse=True)
     flat = queries.dim() == 2
     q, k, v = (t.double()[None] if flat else t.double() for t in (queries, keys, values))
     d = q.shape[-1]
@@ -333,8 +407,12 @@ def _jac_alt_loops(queries, keys, values):
 
 @alternatives.keep("second moment minus the product of means",
                    "einsum of sum_i a_i v_i k_i^T, minus o kbar^T: the covariance expanded, no centring")
-def _jac_alt_expanded(queries, keys, values):
+def _jac_alt_expanded(queries, keys, values, factors=None):
     _check_sizes(queries, keys, values)
+    if factors is not None:   # all factors at once, as a batch of queries
+        stack = torch.tensor(factors, dtype=queries.dtype)[:, None] * queries[0]
+        sizes = torch.linalg.matrix_norm(_jac_alt_expanded(stack, keys, values))
+        return [factors[i] for i in sizes.argsort(descending=True).tolist()]
     scale = queries.shape[-1] ** -0.5
     logits = torch.einsum("...jc,...nc->...jn", queries, keys) * scale
     a = torch.exp(logits - torch.logsumexp(logits, dim=-1, keepdim=True))
@@ -345,8 +423,12 @@ def _jac_alt_expanded(queries, keys, values):
 
 @alternatives.keep("only the keys centred",
                    "sum_i a_i v_i (k_i - kbar)^T: centring one side is enough, since sum_i a_i (k_i - kbar) = 0")
-def _jac_alt_keys_centred(queries, keys, values):
+def _jac_alt_keys_centred(queries, keys, values, factors=None):
     _check_sizes(queries, keys, values)
+    if factors is not None:   # in float64, the smallest first, then reversed
+        sizes = [_jac_alt_keys_centred(f * queries.double(), keys.double(), values.double()).square().sum()
+                 for f in factors]
+        return [f for _, f in sorted(zip(sizes, factors))][::-1]
     scale = 1.0 / math.sqrt(queries.shape[-1])
     weights = torch.softmax(queries @ keys.transpose(-1, -2) * scale, dim=-1)
     k_centred = keys.unsqueeze(-3) - (weights @ keys).unsqueeze(-2)              # (..., m, n, d)
@@ -357,7 +439,7 @@ def _jac_alt_keys_centred(queries, keys, values):
 @alternatives.keep("numpy in float64",
                    "NumPy arrays, a log-sum-exp softmax and np.matmul broadcasting, only the values centred; "
                    "back to a tensor of the inputs' dtype")
-def _jac_alt_numpy(queries, keys, values):
+def _jac_alt_numpy(queries, keys, values, factors=None):
     if queries.shape[-1] != keys.shape[-1]:
         raise ValueError(f"queries {tuple(queries.shape)} and keys {tuple(keys.shape)}: the query size must "
                          "equal the key size")
@@ -371,6 +453,9 @@ def _jac_alt_numpy(queries, keys, values):
     o = np.matmul(a, v)
     spread = v[..., None, :, :] - o[..., :, None, :]                           # (..., m, n, d_v)
     jac = np.matmul(np.swapaxes(a[..., None] * spread, -1, -2), k[..., None, :, :]) / np.sqrt(q.shape[-1])
+    if factors is not None:
+        sizes = [np.linalg.norm(_jac_alt_numpy(f * queries, keys, values).numpy()) for f in factors]
+        return [factors[i] for i in np.argsort(-np.array(sizes), kind="stable")]
     return torch.from_numpy(np.ascontiguousarray(jac)).to(queries.dtype)
 
 
@@ -404,6 +489,11 @@ register(Exercise(
               hint="the first call is valid; the second gives queries and keys different last sizes, the third "
                    "gives keys and values different numbers of rows; the message names the two arguments "
                    "and their shapes."),
+        Check("the question: the factors ordered by the size of the Jacobian (the running example; a tie at the top)",
+              _question_calls, seed=3, hint="with factors, the result lists them from the largest Jacobian of "
+              "factor * queries[0] (Frobenius norm) to the smallest; call 2 has two keys tied at the top."),
+        Check("the question on random sizes and factors (hidden)", _question_hidden_calls, seed=8, public=False,
+              hint="with factors, the result lists them from the largest Jacobian (Frobenius norm) to the smallest."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),

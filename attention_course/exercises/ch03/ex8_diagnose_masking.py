@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from ... import functional as F_att
+from ...checks.checking import compare_all
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
 
@@ -104,6 +105,15 @@ def _minus_inf_empty_rows_apart(scores, valid_lens):
     return torch.softmax(filled, dim=-1).masked_fill(~keep, 0.0)
 
 
+def _leak_subtracted(scores, valid_lens):
+    # A -30 fill whose leak is "removed" by subtracting each row's leaked total from every key: a
+    # masked key keeps its own leak minus the whole row's, a negative weight of about -1e-14 (the short
+    # row has at least two masked keys). A leak is any weight that is not 0, negative ones too.
+    keep = _keep(scores, valid_lens)
+    weights = _finite_fill(-30.0, True)(scores, valid_lens)
+    return weights - weights.masked_fill(keep, 0.0).sum(dim=-1, keepdim=True)
+
+
 def _scaled(impl, factor):
     def scaled(scores, valid_lens):
         return impl(scores, valid_lens) * factor
@@ -117,6 +127,8 @@ IMPLEMENTATIONS = (
     ("a -inf fill", _minus_inf, "nan_weights"),
     ("a -1e6 fill (d2l)", _finite_fill(-1e6, False), "weights_on_empty_row"),
     ("a -30 fill, empty rows zeroed", _finite_fill(-30.0, True), "weight_on_masked_keys"),
+    ("a -30 fill, empty rows zeroed, the leaked total subtracted from every key", _leak_subtracted,
+     "weight_on_masked_keys"),
     ("zeros written after a plain softmax", _mask_after, "rows_not_normalised"),
     ("an additive -inf mask, zeros written after", _additive, "nan_gradient"),
     ("a -30 fill, empty rows kept", _finite_fill(-30.0, False), "weights_on_empty_row"),
@@ -267,6 +279,22 @@ def _dm_all_rows_sum(weights, grads, valid_lens):
     return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
 
 
+@mistakes.keep("a leak looked for as a positive weight only",
+               "a masked key's weight must be exactly 0: a leak can be negative too (one implementation here "
+               "subtracts each row's leaked total from every key), and any weight that is not 0 counts.")
+def _dm_positive_leak_only(weights, grads, valid_lens):
+    _, masked, empty = _rows(weights, valid_lens)
+    if bool(torch.isnan(weights).any()):
+        return "nan_weights"
+    if bool((weights[empty] != 0).any()):
+        return "weights_on_empty_row"
+    if bool((weights[masked & ~empty[..., None]] > 0).any()):
+        return "weight_on_masked_keys"
+    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
+        return "rows_not_normalised"
+    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
@@ -341,6 +369,16 @@ def _dm_alt_counts(weights, grads, valid_lens):
 
 # Registration -----------------------------------------------------------------------------
 
+
+def _compare_labels(got, want, calls):
+    """The default comparison, except that a wrong label is named beside the expected one."""
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.get("status") == "ok" and w.get("status") == "ok" and isinstance(w["value"], str) \
+                and isinstance(g["value"], str) and g["value"] != w["value"]:
+            return f"call {i + 1} of {len(calls)}: expected {w['value']!r}, got {g['value']!r}"
+    return compare_all(got, want, Check("", lambda seed: [], ""), calls)
+
+
 _HINT = ("this check passes what {} implementations of the masked softmax returned on one batch ({}), one call "
          "each, and compares your label; the reason above says which call got another label.")
 
@@ -348,13 +386,14 @@ register(Exercise(
     label="ch03_ex8", title="Diagnosing a masked softmax from its weights and gradients",
     name="diagnose_masking", reference=diagnose_masking, points=2,
     checks=[
-        Check("ten implementations, 1-D valid_lens (one length per sequence), float32", _batch_calls(False),
-              seed=0, hint=_HINT.format(len(IMPLEMENTATIONS), "1-D valid_lens, float32")),
-        Check("ten implementations, 2-D valid_lens (one length per query), float32", _batch_calls(True),
-              seed=1, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float32")),
-        Check("ten implementations, 2-D valid_lens, float64", _batch_calls(True, torch.float64),
-              seed=2, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float64")),
+        Check("eleven implementations, 1-D valid_lens (one length per sequence), float32", _batch_calls(False),
+              seed=0, compare=_compare_labels, hint=_HINT.format(len(IMPLEMENTATIONS), "1-D valid_lens, float32")),
+        Check("eleven implementations, 2-D valid_lens (one length per query), float32", _batch_calls(True),
+              seed=1, compare=_compare_labels, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float32")),
+        Check("eleven implementations, 2-D valid_lens, float64", _batch_calls(True, torch.float64),
+              seed=2, compare=_compare_labels, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float64")),
         Check("random sizes, dtypes and forms of valid_lens (hidden)", _hidden_calls, public=False,
+              compare=_compare_labels,
               hint=_HINT.format(len(IMPLEMENTATIONS), "a batch of its own for each, random sizes and dtype")),
     ],
     mistakes=list(mistakes),

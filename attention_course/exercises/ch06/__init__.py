@@ -1,24 +1,30 @@
 """Chapter 6 exercises: multi-head attention.
 
 ch06_ex1  split_heads(x, num_heads)    (batch, tokens, d_out) -> (batch, heads, tokens, head_dim)
-ch06_ex2  merge_heads(x)                (batch, heads, tokens, head_dim) -> (batch, tokens, d_out)
-ch06_ex3  MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
-          (assembles the chapter's printed layer from ex1 and ex2: RETYPE, 2 points)
-ch06_ex4  fuse_head_weights(query_weights, key_weights, value_weights) -> in_proj_weight
-ch06_ex5  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
-ch06_ex6  attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias) -> dict of ints:
+          (a short warm-up on the printed reshape: RETYPE, 1 point; merging back is in ex2)
+ch06_ex2  MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
+          (assembles the chapter's printed layer: RETYPE, 2 points)
+ch06_ex3  fuse_head_weights(query_weights, key_weights, value_weights) -> in_proj_weight
+ch06_ex4  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
+ch06_ex5  attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias) -> dict of ints:
           parameters, entries of the attention weights and multiply-adds (an accounting; TRANSFER)
-ch06_ex7  head_contributions(layer, x) -> (batch, num_heads, num_tokens, d_out): each head's context
+ch06_ex6  head_contributions(layer, x) -> (batch, num_heads, num_tokens, d_out): each head's context
           through its column block of out_proj.weight, no bias, eval mode; they sum to layer(x) minus
           the bias (attribution to heads; TRANSFER, with an open question)
+ch06_ex7  sdpa_masks(mask, dtype) -> (bool_mask, additive_mask): the course's mask in both of SDPA's
+          forms, checked through SDPA (TRANSFER)
+ch06_ex8  earlier_copy_head(vocab_size, context_length, head_dim) -> (W_query, W_key): a head crafted
+          by its weights that attends to the earlier copies of its token, or to itself at a first
+          occurrence, checked by behaviour on drawn sequences (TRANSFER: the page crafts a
+          same-word head that also attends to itself, and never says how large the weights must be)
 
 Conventions fixed by this chapter (stated in each exercise's contract):
 
 * Feature ``h * head_dim + i`` of a ``d_out``-wide projection belongs to head ``h``
   (``head_dim = d_out // num_heads``), the layout of ``nn.MultiheadAttention`` and of
   :mod:`attention_course.multihead`.
-* ``d_out`` not divisible by ``num_heads`` is a ``ValueError`` whose message names
-  ``d_out`` and ``num_heads`` and gives their values.
+* ``d_out`` not divisible by ``num_heads`` is a ``ValueError``; in the layer (ex2) its message
+  names ``d_out`` and ``num_heads`` and gives their values (the warm-up ex1 takes any message).
 * A boolean mask is ``True`` where a query must **not** attend to a key (Chapter 5);
   a query that sees no key at all gets all-zero weights and a zero output (Chapter 3).
 * ``MultiHeadAttention`` keeps its causal mask as a non-persistent buffer ``mask``;
@@ -38,11 +44,11 @@ the registration. Helpers shared by the chapter's exercises are in ``_common.py`
 """
 from . import (  # noqa: F401  (importing an exercise module registers it)
     ex1_split_heads,
-    ex2_merge_heads,
-    ex3_multi_head_attention,
-    ex4_fuse_head_weights,
-    ex5_per_head_masked_attention,
-    ex6_attention_layer_cost,
-    ex7_head_contributions,
-    ex8_sdpa_masks,
+    ex2_multi_head_attention,
+    ex3_fuse_head_weights,
+    ex4_per_head_masked_attention,
+    ex5_attention_layer_cost,
+    ex6_head_contributions,
+    ex7_sdpa_masks,
+    ex8_earlier_copy_head,
 )

@@ -2,7 +2,7 @@
 
 ch07_ex1  CoverageDecoder(embed_size, num_hiddens)  forward(h0, embedded, enc_outputs, valid_lens) -> (states, weights, coverage)
 ch07_ex2  LuongDecoderStep(embed_size, num_hiddens)     forward -> (hidden, attentional, weights)
-ch07_ex3  GreedyDecoder(AttentionDecoder).greedy(h0, enc_outputs, valid_lens, max_len, bos=1)
+ch07_ex3  beam_search(log_probs, bos, eos, beam_size, max_len) -> (tokens, score)
 ch07_ex4  hard_alignment(weights) -> (positions, monotonicity)
 ch07_ex5  BidirectionalEncoder(vocab_size, embed_size, num_hiddens)  forward(src, src_lens) -> outputs
 
@@ -11,8 +11,12 @@ case the chapter does not print, coverage (the sum of the earlier weights enters
 score inside the tanh; query = the *previous* state, the context feeds the GRU update), run
 with teacher forcing; ex2 the other recipe, of
 Luong et al. (update first, query = the *new* state, a bilinear score, an
-attentional vector), which the chapter describes but does not show; ex3 greedy
-decoding around a given step, which runs all its steps after <eos>; ex4 reading an alignment; ex5 the bidirectional
+attentional vector), which the chapter describes but does not show; ex3 a transfer of the
+section on beam search, which prints no search: beam search over a table of next-token
+log-probabilities (one ranking over the whole beam, finished hypotheses kept unchanged, max_len
+tokens at most), checked against greedy decoding, a beam wide enough to enumerate every
+hypothesis and hand-made tables (it replaced a retype of the printed greedy loop, issue 41);
+ex4 reading an alignment; ex5 the bidirectional
 encoder of the paper on a padded batch, where the backward direction must start at
 each sequence's own last character (the chapter only mentions it).
 
@@ -28,7 +32,7 @@ the registration. Helpers shared by the chapter's exercises are in ``_common.py`
 from . import (  # noqa: F401  (importing an exercise module registers it)
     ex1_coverage_decoder,
     ex2_luong_decoder_step,
-    ex3_greedy_decoder,
+    ex3_beam_search,
     ex4_hard_alignment,
     ex5_bidirectional_encoder,
 )

@@ -46,7 +46,7 @@ class BidirectionalEncoder(nn.Module):
 
     def __init__(self, vocab_size, embed_size, num_hiddens):
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, embed_size)
+        self.embedding = nn.Embedding(num_embeddings=vocab_size, embedding_dim=embed_size)
         self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True, bidirectional=True)
 
     def forward(self, src, src_lens):

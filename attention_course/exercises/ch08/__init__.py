@@ -7,6 +7,8 @@ ch08_ex4  encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_
                                  src_vocab, tgt_vocab) -> dict of shapes and the parameter count
 ch08_ex5  GreedyTransformer(Transformer).greedy_decode(src, src_lens, max_len) -> (tokens, weights)
 ch08_ex6  head_entropy(weights, tgt_lens) -> (num_heads,) mean entropy of each head's rows
+ch08_ex7  forward_multiply_adds(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers,
+                                embed_size, num_hiddens, tgt_vocab) -> {"transformer": int, "bahdanau": int}
 
 Conventions fixed by the chapter (and stated in every contract):
 
@@ -21,10 +23,11 @@ Conventions fixed by the chapter (and stated in every contract):
 * ``GreedyTransformer`` subclasses :class:`attention_course.transformer.Transformer`; its check
   builds it with ``max_encodes=1``, so encoding the source a second time raises.
 
-Exercises 1, 4 and 6 ask for something the chapter does not show step by step: the decoder's
+Exercises 1, 4, 6 and 7 ask for something the chapter does not show step by step: the decoder's
 mask for left-padded targets (the case where the causal mask alone lets real queries read
-padding), the parameter count of the whole model from its sizes, and a measure of how sharp
-each head attends.
+padding), the parameter count of the whole model from its sizes, a measure of how sharp
+each head attends, and the multiply-adds of one forward pass of both models (the chapter
+times them; tests/exercises/test_ch08.py checks the count against torch's FLOP counter).
 
 One module per exercise, its parts in one order: the contract, the reference, the
 inputs of the checks, the kept mistakes (each with its hint), the kept alternatives,
@@ -37,4 +40,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex4_encoder_decoder_shapes,
     ex5_greedy_transformer,
     ex6_head_entropy,
+    ex7_forward_multiply_adds,
 )

@@ -11,6 +11,8 @@ ch09_ex6  attention_backward_with_lse(queries, keys, values, output, lse, grad_o
 ch09_ex7  decode_accounting(config, context_len, batch, bytes_per_value)
                                                                  -> dict of cache_bytes, attention_flops,
                                                                     bytes_moved (ints) and intensity (float)
+ch09_ex8  tiled_attention_traffic(num_queries, num_keys, head_dim, block_q, block_k, bytes_per_value,
+                                  causal=False, keys_outside=False) -> dict of reads, writes (ints)
 
 Conventions fixed by this chapter (stated in each exercise's contract):
 
@@ -43,4 +45,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex5_grouped_cached_step,
     ex6_attention_backward_with_lse,
     ex7_decode_accounting,
+    ex8_tiled_attention_traffic,
 )

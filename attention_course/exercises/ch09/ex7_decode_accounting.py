@@ -38,6 +38,7 @@ import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
+from ._common import compare_types as _compare_types
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -118,31 +119,6 @@ def _hidden_calls(seed):
         cfg = _config(randint(g, 1, 48), kv_heads * randint(g, 1, 8), kv_heads, randint(g, 1, 256))
         calls.append(Call(args=(cfg, randint(g, 0, 10_000), randint(g, 1, 32), (1, 2, 4, 8)[randint(g, 0, 3)])))
     return calls
-
-
-_VALUES = Check("values", lambda seed: [], hint="", rtol=1e-9, atol=0.0)   # for compare_outcome only
-
-
-def _compare_types(got, want, calls):
-    """The values first, as the other checks compare them (a whole float or a 0-d tensor of the
-    right value passes there); then each value's type, which must be the reference's: a Python
-    int for the three counts, a Python float for the intensity."""
-    from ...checks.checking import compare_outcome
-    for i, (mine, theirs, call) in enumerate(zip(got, want, calls)):
-        where = "" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: "
-        reason = compare_outcome(mine, theirs, _VALUES, call)
-        if reason:
-            return where + reason
-        if theirs.get("status") != "ok":
-            continue
-        for key, value in theirs["value"]["__dict__"].items():
-            found = mine["value"]["__dict__"][key]
-            if type(found) is not type(value):
-                shown = (f"a tensor of shape {tuple(found.shape)}" if isinstance(found, torch.Tensor)
-                         else f"{type(found).__name__} {found!r}"[:60])
-                return (f"{where}result[{key!r}] is {shown}; the contract asks for a Python "
-                        f"{type(value).__name__}")
-    return None
 
 
 _HINT = ("this check compares the three counts exactly and the intensity to a relative 1e-9; the reason above "

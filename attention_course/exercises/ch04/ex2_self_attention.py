@@ -1,4 +1,4 @@
-r"""ch04_ex3: A self-attention module.
+r"""ch04_ex2: A self-attention module.
 
 Write a class `SelfAttention(d_in, d_out, qkv_bias=False)`, a subclass of
 `nn.Module`, with exactly three parameterised sub-modules, the `nn.Linear` layers
@@ -12,6 +12,11 @@ Its `forward(x)` takes `x` of shape `(num_tokens, d_in)` or
 $\operatorname{softmax}(Q K^\top / \sqrt{d_k})\, V$ with $Q$, $K$, $V$ the outputs of the
 three layers and $d_k$ = `d_out`, the softmax over the keys. No input validation is
 required beyond what `nn.Linear` does.
+
+Once it passes, copy the chapter's `W_q`, `W_k` and `W_v` into an instance with
+`load_state_dict` in a scratch cell, so that it computes what `CompactSelfAttention` printed
+for the sentence. Which way round does each matrix go into its `nn.Linear` layer, and what
+would go wrong, silently, if $d_\text{in} = d_\text{out}$ and you got it the wrong way round?
 """
 from __future__ import annotations
 
@@ -229,7 +234,7 @@ class _SAAltSDPA(nn.Module):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex3", title="A self-attention module",
+    label="ch04_ex2", title="A self-attention module",
     name="SelfAttention", reference=SelfAttention, points=3, kind="class",
     checks=[
         Check("d_in=3, d_out=2 on the chapter's sentence, with given weights", _sa_sentence_calls, seed=4,

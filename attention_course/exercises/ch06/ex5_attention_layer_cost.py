@@ -1,4 +1,4 @@
-r"""ch06_ex6: What a multi-head layer costs.
+r"""ch06_ex5: What a multi-head layer costs.
 
 Account for the efficient layer of this chapter, `mh.MultiHeadAttention(d_in, d_out,
 context_length, dropout, num_heads, qkv_bias)`, on a batch of `batch` sequences of `num_tokens`
@@ -266,7 +266,7 @@ _HINT = ("this check compares the three counts exactly (Python ints); the reason
          "differs: list the layer's matrices and matrix products with their shapes and add them up.")
 
 register(Exercise(
-    label="ch06_ex6", title="What a multi-head layer costs",
+    label="ch06_ex5", title="What a multi-head layer costs",
     name="attention_layer_cost", reference=attention_layer_cost, points=2,
     checks=[
         Check("the page's benchmark layer: d_model 768, 12 heads, 1024 tokens, with biases (48 MB of weights)",

@@ -1,18 +1,19 @@
-"""ch04_ex2: All queries at once.
+"""ch04_ex1: Simple self-attention.
 
-Write `simple_self_attention(inputs)` computing simple (unprojected, **unscaled**)
-self-attention for every query at once (matrix operations are the natural form; the
-checks do not look at how you compute it).
+Write `simple_self_attention(inputs)`: the *simple* self-attention of the chapter's first
+sections (no projections, no scaling) for every query of a sequence at once. The page computes
+it twice, step by step for the query *mice* and then for all queries as three matrix
+operations; any style will do, Python loops over tokens and columns included, since the
+checks compare only the results.
 
 - `inputs`: a floating-point tensor of shape `(num_tokens, d_in)` or
-  `(batch, num_tokens, d_in)`.
+  `(batch, num_tokens, d_in)`; batched sequences are independent of each other.
 - Return a tuple `(weights, contexts)`: `weights` of shape
   `(..., num_tokens, num_tokens)`, row $i$ holding the softmax over the keys of the
   dot products of token $i$ with every token; `contexts` of shape
-  `(..., num_tokens, d_in)`, the weighted sums of the tokens. Both keep the dtype of
-  `inputs`; batched sequences are independent of each other.
-- Raise `ValueError`, naming `inputs` and its shape, when `inputs` has fewer than two
-  dimensions.
+  `(..., num_tokens, d_in)`, row $i$ the context vector of token $i$ (the sum of the
+  tokens weighted by row $i$ of `weights`). Both keep the dtype of `inputs`.
+- Raise `ValueError` (any message) when `inputs` has fewer than two dimensions.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
-from ._common import INPUTS, sentence_for
+from ._common import sentence_for
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -53,6 +54,12 @@ def _ssa_batch_calls(seed):
     return [Call(args=(torch.randn(2, 5, 4, generator=g),))]
 
 
+def _ssa_random_calls(seed):
+    g = gen(seed)
+    return [Call(args=(torch.randn(7, 5, generator=g),)),
+            Call(args=(torch.randn(4, 3, generator=g, dtype=torch.float64),))]
+
+
 def _ssa_bad_calls(seed):
     if seed == 0:  # the public case
         return [Call(args=(torch.tensor([0.5, 1.0, 2.0]),)), Call(args=(torch.linspace(0.0, 1.0, 5),))]
@@ -73,6 +80,16 @@ def _ssa_big_calls(seed):
 def _sa_check(inputs):
     if inputs.dim() < 2:
         raise ValueError(f"inputs has shape {tuple(inputs.shape)}")
+
+
+@mistakes.keep("sum-normalised scores",
+               "you divided the scores by their sum; attention weights come from the softmax "
+               "(exponentiate, then normalise).")
+def _ssa_sum_normalised(inputs):
+    _sa_check(inputs)
+    scores = inputs @ inputs.transpose(-2, -1)
+    weights = scores / scores.sum(dim=-1, keepdim=True)
+    return weights, weights @ inputs
 
 
 @mistakes.keep("softmax over the queries axis",
@@ -156,10 +173,35 @@ def _ssa_alt_float64(inputs):
     return weights.to(inputs.dtype), (weights @ x).to(inputs.dtype)
 
 
+@alternatives.keep("Python loops over tokens and columns",
+                   "one query at a time: dot products, a max-shifted softmax and the weighted sum in Python "
+                   "floats, looping over the batch too")
+def _ssa_alt_python_loops(inputs):
+    if inputs.dim() < 2:
+        raise ValueError("inputs needs a token axis and a feature axis")
+    batch = inputs.tolist() if inputs.dim() == 3 else [inputs.tolist()]
+    all_weights, all_contexts = [], []
+    for rows in batch:
+        weights, contexts = [], []
+        for query in rows:
+            scores = [sum(a * b for a, b in zip(query, row)) for row in rows]
+            top = max(scores)
+            exps = [math.exp(v - top) for v in scores]
+            total = sum(exps)
+            w = [e / total for e in exps]
+            weights.append(w)
+            contexts.append([sum(w[t] * rows[t][c] for t in range(len(rows))) for c in range(len(query))])
+        all_weights.append(weights)
+        all_contexts.append(contexts)
+    w = torch.tensor(all_weights, dtype=torch.float64).to(inputs.dtype)
+    c = torch.tensor(all_contexts, dtype=torch.float64).to(inputs.dtype)
+    return (w, c) if inputs.dim() == 3 else (w[0], c[0])
+
+
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex2", title="All queries at once",
+    label="ch04_ex1", title="Simple self-attention",
     name="simple_self_attention", reference=simple_self_attention, points=1,
     checks=[
         Check("the chapter's sentence (6 tokens of width 3)", _ssa_sentence_calls, seed=0,
@@ -168,13 +210,16 @@ register(Exercise(
         Check("a batch of 2 sequences of 5 tokens of width 4", _ssa_batch_calls, seed=0,
               hint="this check passes a batch of shape (2, 5, 4): each sequence of the batch must get the "
                    "weights and contexts it would get alone, as a 2-D input."),
-        Check("1-D inputs raise ValueError naming inputs and its shape", _ssa_bad_calls, seed=0,
-              must_mention=lambda call: ["inputs", tuple(call.args[0].shape)], weight=0.5,
-              hint="check inputs.dim() first and name inputs (and its shape) in the message."),
+        Check("1-D inputs raise ValueError", _ssa_bad_calls, seed=0, weight=0.5,
+              hint="this check passes 1-D inputs, which have no token axis, and expects a ValueError."),
         Check("a float64 batch of 3 x 9 tokens of width 6, and 7 tokens of width 3 (hidden)",
               _ssa_big_calls, seed=3, public=False,
               hint="this check uses a float64 batch and a 2-D float32 input: weights and contexts keep the "
                    "dtype of inputs, and each sequence gets what it would get alone."),
+        Check("7 random tokens of width 5 (float32) and 4 of width 3 (float64) (hidden)", _ssa_random_calls,
+              seed=1, public=False,
+              hint="this check uses random tokens in float32 and in float64 and compares weights and "
+                   "contexts, dtype and shape included."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),
