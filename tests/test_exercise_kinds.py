@@ -7,11 +7,13 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from attention_course.checks.registry import all_exercises
-from attention_course.tools.exercise_index import KIND_NAMES, KINDS, exercise_index, exercise_kinds
-from attention_course.tools.course_files import chapter_number, solution_paths
+from pathlib import Path
 
-from conftest import ROOT
+from attention_course.checks.registry import all_exercises
+from attention_course.tools.course_files import chapter_number, solution_paths
+from attention_course.tools.exercise_index import KINDS, exercise_index, exercise_kinds
+
+ROOT = Path(__file__).resolve().parents[1]
 
 KINDS_NOW = exercise_kinds()
 CHAPTERS = sorted({chapter_number(path) for path in solution_paths(ROOT)})

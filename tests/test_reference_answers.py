@@ -34,7 +34,9 @@ OPEN = _open_questions()
 
 
 def test_the_course_has_open_questions():
-    assert len(OPEN) >= 10, [label for _, label, _ in OPEN]
+    # Issue 40 turned four open questions (ch01_ex4, ch01_ex6, ch02_ex4, ch03_ex7) into checked
+    # answers; what is left must still be found, so the tests below are not vacuous.
+    assert len(OPEN) >= 8, [label for _, label, _ in OPEN]
 
 
 @pytest.mark.parametrize("notebook,label,cells", OPEN, ids=[label for _, label, _ in OPEN])

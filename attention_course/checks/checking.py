@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -347,8 +348,15 @@ def judge(exercise: Exercise, check: Check, calls: list, got: list,
     """Decide one check from the student's outcomes ``got`` (computed anywhere).
 
     The reference (unless its outcomes ``reference`` are given) and the kept mistakes run here,
-    in the calling (trusted) process.
+    in the calling (trusted) process, with their warnings silenced (the student's answer has
+    already run: what it warned was shown).
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _judge(exercise, check, calls, got, reference)
+
+
+def _judge(exercise: Exercise, check: Check, calls: list, got: list, reference: Optional[list]) -> CheckResult:
     want = reference if reference is not None else reference_outcomes(exercise, check, calls)
     reason = compare_all(got, want, check, calls)
     if reason is None:

@@ -71,7 +71,8 @@ def exercise_index(root: Path) -> str:
         lines += [f"## {chapter}. {title}", "", header, "|---" * header.count(" | ") + "|---|"]
         for ex in all_exercises(chapter):
             points = "practice" if ex.label in config.practice else f"{ex.points:g}"
-            kind = f" {KIND_SHOWN[kinds[ex.label]['kind']]} |" if ex.label in kinds else (" |" if kinds else "")
+            # An exercise not yet classified (a new one, before its row in kinds.csv) shows a dash.
+            kind = f" {KIND_SHOWN[kinds[ex.label]['kind']]} |" if ex.label in kinds else (" — |" if kinds else "")
             lines.append(f"| {{ref}}`{ex.label} <{ex.label}>` | {ex.title} |{kind} `{ex.name}` | {points} |")
         lines.append("")
     return "\n".join(lines)

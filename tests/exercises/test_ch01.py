@@ -146,6 +146,22 @@ def test_ch01_ex4_a_constant_answer_to_the_question_fails():
         assert failed_checks("ch01_ex4", always_one, seed), seed
 
 
+def test_ch01_ex4_the_query_whose_weight_on_the_warned_key_is_nearest_one_half_fails_the_hidden_draws():
+    """Blind solver's gap: a row's move peaks where its weight on the warned key is about 0.31, not 1/2.
+    On the chapter's stations this guess agrees with the query nearest to the warned key (that mistake's
+    hint is shown); the hidden draws always hold a case where it is wrong, at every grading seed."""
+    def weight_near_half(queries, keys, salience, temperature=1.0, warned=None):
+        weights = _student_cued(queries, keys, salience, temperature)
+        if warned is None:
+            return weights
+        return int((weights[:, warned] - 0.5).abs().argmin())
+
+    assert failed_checks("ch01_ex4", weight_near_half)
+    for seed in (11, 2026, 7, 3, 5, 123):
+        failed = [r.check for r in failed_checks("ch01_ex4", weight_near_half, seed)]
+        assert "the question on random points and saliences (hidden)" in failed, (seed, failed)
+
+
 # ------------------------------------------------------------- ch01_ex5: zero_temperature_weights
 
 @pytest.mark.parametrize("tau", [1e-2, 1e-3, 1e-4, 1e-5])
@@ -246,6 +262,22 @@ def test_ch01_ex6_the_query_nearest_to_a_station_is_named():
     for seed in (11, 2026):
         assert failed_checks("ch01_ex6", nearest, seed), seed
 
+
+
+def test_ch01_ex6_the_smallest_gap_to_the_runner_up_key_is_named():
+    """Blind solver's gap: the query whose nearest key leads the next one by the least is not the
+    coldest when several keys sit a little further (one key at gap 1 against five at gap 1.25). A public
+    check names it, transformed at grading seeds, and the hidden draws always hold such a case."""
+    def runner_up(queries, keys, target, coldest=False):
+        if not coldest:
+            return _student_bisection(queries, keys, target, low=1e-8, high=1e8)
+        return int(_student_gaps(queries, keys).sort(dim=1).values[:, 1].argmin())
+
+    assert_mistake("ch01_ex6", runner_up, "the smallest gap to the runner-up key")
+    for seed in (11, 2026, 7, 3, 5, 123):
+        failed = [r.check for r in failed_checks("ch01_ex6", runner_up, seed)]
+        assert "the question on random small-integer points (hidden)" in failed, (seed, failed)
+        assert any(name.startswith("the question: one key at gap 1") for name in failed), (seed, failed)
 
 
 # ------------------------------------------------------------- open questions of the chapter

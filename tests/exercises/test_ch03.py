@@ -484,6 +484,29 @@ def test_ch03_ex8_allclose_to_zero_at_masked_keys_gets_the_tolerance_hint():
     assert_mistake("ch03_ex8", allclose_zero, "masked weights compared with a tolerance")
 
 
+def test_ch03_ex8_a_tolerance_on_empty_rows_gets_its_hint():
+    """Blind solver's gap: empty rows tested with a tolerance of 1e-6 (masked keys exactly). One of the
+    checks' implementations scales its empty rows down instead of zeroing them, weights of about 1e-10
+    there: "weights_on_empty_row" by the contract, "correct" by the tolerant test."""
+    def tolerant_on_empty_rows(weights, grads, valid_lens):
+        b, q, k = weights.shape
+        lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
+        empty = lens == 0
+        if torch.isnan(weights).any():
+            return "nan_weights"
+        if weights[empty].abs().max() > 1e-6:
+            return "weights_on_empty_row"
+        if (weights[(torch.arange(k) >= lens[..., None]) & ~empty[..., None]] != 0).any():
+            return "weight_on_masked_keys"
+        if ((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any():
+            return "rows_not_normalised"
+        return "nan_gradient" if torch.isnan(grads).any() else "correct"
+
+    assert_mistake("ch03_ex8", tolerant_on_empty_rows, "empty rows compared with a tolerance")
+    for seed in (11, 2026):
+        assert failed_checks("ch03_ex8", tolerant_on_empty_rows, seed), seed
+
+
 def test_ch03_ex8_gradient_looked_at_first_fails():
     """A loophole: the labels are right, but NaN gradients are tested before the weights, so the plain
     -inf fill (NaN weights and NaN gradients) gets "nan_gradient"; and a constant answer fails."""

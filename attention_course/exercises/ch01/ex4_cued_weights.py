@@ -203,17 +203,22 @@ def _warning_calls(seed):
 
 def _warning_hidden_calls(seed):
     """Random points and saliences; each warned key chosen so that the largest move leads the next by 0.02
-    or more (float32 weights give the same winner)."""
+    or more (float32 weights give the same winner). The last call is drawn until the winner is not the
+    query whose weight on the warned key is closest to 1/2 (the move peaks near a weight of 0.31)."""
     g = gen(seed)
     calls = []
-    while len(calls) < 3:
+    while len(calls) < 4:
         queries, keys, salience = _cued_inputs(g, randint(g, 3, 6), randint(g, 3, 7), 2, scale=1.5)
         temperature = 1.0 + 3.0 * torch.rand((), generator=g).item()
         for j in torch.randperm(keys.shape[0], generator=g).tolist():
             boosted = salience.double().clone()
             boosted[j] *= 5.0
-            moves = (_cued64(queries, keys, boosted, temperature)
-                     - _cued64(queries, keys, salience, temperature)).abs().sum(-1).sort(descending=True).values
+            before = _cued64(queries, keys, salience, temperature)
+            moves = (_cued64(queries, keys, boosted, temperature) - before).abs().sum(-1)
+            off_half = (before[:, j] - 0.5).abs()
+            if len(calls) == 3 and not bool(off_half[moves.argmax()] > off_half.min()):
+                continue
+            moves = moves.sort(descending=True).values
             if moves[0] - moves[1] >= 0.02:
                 calls.append(Call(args=(queries, keys, salience), kwargs={"temperature": temperature, "warned": j}))
                 break

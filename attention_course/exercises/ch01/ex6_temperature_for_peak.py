@@ -181,12 +181,29 @@ def _coldest_station_calls(seed):
     return [Call(args=call.args, kwargs={"coldest": True}) for call in _station_calls(seed)[::-1]]
 
 
+def _coldest_gap_calls(seed):
+    """Query 0 has one key at gap 1 behind its nearest and the rest far; query 1 has five keys at gap 1.25.
+    Query 1 needs the smaller temperature at targets 0.9 and 0.7 (about 0.33 against 0.46, 0.51 against
+    1.18), though query 0 has the smaller gap between its nearest key and the next one; query 1 is also the
+    query nearest to a key (the answer of that mistake is right here)."""
+    keys = torch.tensor([[0.0, 0.0], [1.0, 0.0], [12.0, 12.0], [13.0, 12.5], [11.0, 12.5], [13.0, 11.5],
+                         [11.0, 11.5], [12.5, 13.0]])
+    queries = torch.tensor([[0.0, 0.5], [12.0, 12.0], [6.0, -3.0]])
+    return [Call(args=call.args, kwargs={"coldest": True}) for call in _moved_calls(seed, queries, keys, [0.9, 0.7])]
+
+
+def _runner_up_gap(queries, keys):
+    """Each query's gap between its nearest key and the next one (a shortcut, not the answer)."""
+    return _gaps(queries, keys).sort(dim=-1).values[:, 1]
+
+
 def _coldest_hidden_calls(seed):
     """Random small-integer points without ties, a reachable target; kept only where the smallest
-    temperature is at least 5 % below the next one."""
+    temperature is at least 5 % below the next one. The last call is drawn until the coldest query
+    is not one with the smallest gap between its nearest key and the next one."""
     g = gen(seed)
     calls = []
-    while len(calls) < 2:
+    while len(calls) < 3:
         d, num_keys, num_queries = randint(g, 1, 3), randint(g, 3, 7), randint(g, 3, 6)
         keys = torch.randint(-6, 7, (num_keys, d), generator=g).float()
         queries = torch.randint(-12, 13, (num_queries, d), generator=g).float() / 2
@@ -195,6 +212,9 @@ def _coldest_hidden_calls(seed):
         if bool(torch.isnan(tau).any()):
             continue
         low, second = tau.sort().values[:2].tolist()
+        runner_up = _runner_up_gap(queries, keys)
+        if len(calls) == 2 and not bool(runner_up[tau.argmin()] > runner_up.min()):
+            continue
         if low < 0.95 * second:
             calls.append(Call(args=(queries, keys, target), kwargs={"coldest": True}))
     return calls
@@ -262,6 +282,16 @@ def _peak_nearest_query(queries, keys, target, coldest=False):
     if not coldest:
         return temperature_for_peak(queries, keys, target)
     return int(((queries[:, None] - keys[None]) ** 2).sum(-1).amin(-1).argmin())
+
+
+@mistakes.keep("the smallest gap to the runner-up key",
+               "you answered with the query whose nearest key leads the next one by the smallest gap. The "
+               "largest weight depends on every key's gap, not the runner-up's alone: several keys at a slightly "
+               "larger gap can pull it down more than one key at a smaller gap.")
+def _peak_runner_up(queries, keys, target, coldest=False):
+    if not coldest:
+        return temperature_for_peak(queries, keys, target)
+    return int(_runner_up_gap(queries, keys).argmin())
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
@@ -369,6 +399,11 @@ register(Exercise(
               hint="with coldest=True the result is a query's index (a Python int): the query whose largest "
                    "weight reaches the target at the smallest temperature; here the queries are the chapter's "
                    "three, in some order."),
+        Check("the question: one key at gap 1 against five keys at gap 1.25, targets 0.9 and 0.7",
+              _coldest_gap_calls,
+              hint="with coldest=True the result is the index of the query whose largest weight reaches the "
+                   "target at the smallest temperature; here one query has a single key nearby, "
+                   "another stands on a key with five keys nearby."),
         Check("the question on random small-integer points (hidden)", _coldest_hidden_calls, seed=9, public=False,
               hint="with coldest=True the result is the index of the query whose largest weight reaches the "
                    "target at the smallest temperature."),

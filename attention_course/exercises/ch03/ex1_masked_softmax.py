@@ -13,8 +13,7 @@ Write `masked_softmax(scores, valid_lens)`.
   no uniform weights). With `valid_lens=None`, return the plain softmax over the keys.
 - The backward pass must be free of NaN too: the checks differentiate the weights with
   respect to `scores`, and a row with valid length 0 must get a zero gradient.
-- When `valid_lens` has any other shape, raise `ValueError` with a message that contains
-  `valid_lens`, `scores` and both shapes (in any usual form, e.g. `(3,)` or `torch.Size([3])`).
+- When `valid_lens` has any other shape, raise `ValueError` (with any message).
 """
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import torch
 
 from ... import functional as F_att
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint, shape_of
+from .._kit import Kept, gen, randint
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -57,11 +56,6 @@ def _ms_bad_shape(seed):
     scores = torch.randn(2, 3, 4, generator=g)
     return [Call(args=(scores, torch.tensor([1, 2, 3]))),
             Call(args=(scores, torch.tensor([[1, 2, 3, 4], [1, 1, 1, 1]])))]
-
-
-def _ms_words(call):
-    scores, valid_lens = call.args
-    return ["valid_lens", "scores", shape_of(valid_lens), shape_of(scores)]
 
 
 def _ms_random(seed):
@@ -321,10 +315,10 @@ register(Exercise(
                    "with respect to scores, which require grad here: such a row is all zeros, every "
                    "gradient is finite, and the caller's scores stay as they were; the reason above says "
                    "what differs."),
-        Check("valid_lens of the wrong shape raises ValueError naming valid_lens and scores and both shapes",
-              _ms_bad_shape, seed=3, must_mention=_ms_words, weight=0.5,
+        Check("valid_lens of the wrong shape raises ValueError",
+              _ms_bad_shape, seed=3, weight=0.5,
               hint="accept valid_lens of shape (batch,) or (batch, num_queries) only; otherwise raise a "
-                   "ValueError whose message contains both names and both shapes."),
+                   "ValueError."),
         Check("random shapes with empty sequences, forward and backward (hidden)", _ms_random, public=False,
               hint="this check compares the weights and their gradients with respect to scores for random "
                    "shapes and lengths between 0 and num_keys, in both 1-D and 2-D form."),

@@ -489,7 +489,7 @@ register(Exercise(
               hint="the first call is valid; the second gives queries and keys different last sizes, the third "
                    "gives keys and values different numbers of rows; the message names the two arguments "
                    "and their shapes."),
-        Check("the question: the factors ordered by the size of the Jacobian (the running example; a tie at the top)",
+        Check("the question: the factors ordered by the size of the Jacobian (the running example; two keys tied for the top score)",
               _question_calls, seed=3, hint="with factors, the result lists them from the largest Jacobian of "
               "factor * queries[0] (Frobenius norm) to the smallest; call 2 has two keys tied at the top."),
         Check("the question on random sizes and factors (hidden)", _question_hidden_calls, seed=8, public=False,

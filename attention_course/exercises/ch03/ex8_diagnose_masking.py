@@ -114,6 +114,14 @@ def _leak_subtracted(scores, valid_lens):
     return weights - weights.masked_fill(keep, 0.0).sum(dim=-1, keepdim=True)
 
 
+def _empty_rows_shrunk(scores, valid_lens):
+    # A -1e9 fill whose empty rows are scaled by 1e-9 rather than zeroed: weights of about 1e-10 there,
+    # below any tolerance, still not the exact zeros the contract asks of an empty row.
+    weights = _finite_fill(-1e9, False)(scores, valid_lens)
+    has_key = _keep(scores, valid_lens).any(dim=-1, keepdim=True)
+    return torch.where(has_key, weights, weights * 1e-9)
+
+
 def _scaled(impl, factor):
     def scaled(scores, valid_lens):
         return impl(scores, valid_lens) * factor
@@ -126,6 +134,7 @@ IMPLEMENTATIONS = (
     ("a -1e9 fill, empty rows zeroed", _finite_fill(-1e9, True), "correct"),
     ("a -inf fill", _minus_inf, "nan_weights"),
     ("a -1e6 fill (d2l)", _finite_fill(-1e6, False), "weights_on_empty_row"),
+    ("a -1e9 fill, empty rows scaled by 1e-9", _empty_rows_shrunk, "weights_on_empty_row"),
     ("a -30 fill, empty rows zeroed", _finite_fill(-30.0, True), "weight_on_masked_keys"),
     ("a -30 fill, empty rows zeroed, the leaked total subtracted from every key", _leak_subtracted,
      "weight_on_masked_keys"),
@@ -213,6 +222,22 @@ def _dm_weights_only(weights, grads, valid_lens):
     if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
         return "rows_not_normalised"
     return "correct"
+
+
+@mistakes.keep("empty rows compared with a tolerance",
+               "a row of valid length 0 must be exactly 0: an implementation that scales such a row down "
+               "instead of zeroing it leaves weights far below a tolerance like 1e-6, and the contract counts them.")
+def _dm_empty_tolerance(weights, grads, valid_lens):
+    _, masked, empty = _rows(weights, valid_lens)
+    if bool(torch.isnan(weights).any()):
+        return "nan_weights"
+    if bool((weights[empty].abs() > 1e-6).any()):
+        return "weights_on_empty_row"
+    if bool((weights[masked & ~empty[..., None]] != 0).any()):
+        return "weight_on_masked_keys"
+    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
+        return "rows_not_normalised"
+    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
 
 
 @mistakes.keep("masked weights compared with a tolerance",
@@ -386,11 +411,11 @@ register(Exercise(
     label="ch03_ex8", title="Diagnosing a masked softmax from its weights and gradients",
     name="diagnose_masking", reference=diagnose_masking, points=2,
     checks=[
-        Check("eleven implementations, 1-D valid_lens (one length per sequence), float32", _batch_calls(False),
+        Check("twelve implementations, 1-D valid_lens (one length per sequence), float32", _batch_calls(False),
               seed=0, compare=_compare_labels, hint=_HINT.format(len(IMPLEMENTATIONS), "1-D valid_lens, float32")),
-        Check("eleven implementations, 2-D valid_lens (one length per query), float32", _batch_calls(True),
+        Check("twelve implementations, 2-D valid_lens (one length per query), float32", _batch_calls(True),
               seed=1, compare=_compare_labels, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float32")),
-        Check("eleven implementations, 2-D valid_lens, float64", _batch_calls(True, torch.float64),
+        Check("twelve implementations, 2-D valid_lens, float64", _batch_calls(True, torch.float64),
               seed=2, compare=_compare_labels, hint=_HINT.format(len(IMPLEMENTATIONS), "2-D valid_lens, float64")),
         Check("random sizes, dtypes and forms of valid_lens (hidden)", _hidden_calls, public=False,
               compare=_compare_labels,

@@ -10,17 +10,6 @@ def _head_dim(d_out, num_heads):
     return d_out // num_heads
 
 
-def _mention_sizes():
-    """must_mention for the divisibility error: both names and both values."""
-    def words(call):
-        if call.init_args is not None:
-            d_out, num_heads = call.init_args[1], call.init_args[4]
-        else:
-            d_out, num_heads = call.args[0].shape[-1], call.args[1]
-        return ["d_out", "num_heads", str(d_out), str(num_heads)]
-    return words
-
-
 # The seed of every public check (Check.seed's default): at it, a check's make_calls gives the case
 # the page prints and a release stores; at grading, any other seed gives a case of the same kind
 # drawn from it (issue 38, item 4), so that the stored outcomes look nothing up.

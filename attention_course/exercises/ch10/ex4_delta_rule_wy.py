@@ -141,7 +141,17 @@ def _wy_with_diagonal(keys, values, beta):
 
 @alternatives.keep("row by row", "forward substitution in a Python loop over the chunk's tokens, float64")
 def _wy_alt_loop(keys, values, beta):
-    return _wy_loop(keys, values, beta)
+    k, v, b = keys.double(), values.double(), beta.double()
+    rows_w, rows_u = [], []
+    for t in range(k.shape[-2]):
+        strength = b[..., t, None]
+        w_t, u_t = strength * k[..., t, :], strength * v[..., t, :]
+        for i in range(t):  # every earlier token's correction, scaled by this token's strength
+            dot = (k[..., i, :] * k[..., t, :]).sum(-1, keepdim=True)
+            w_t, u_t = w_t - strength * dot * rows_w[i], u_t - strength * dot * rows_u[i]
+        rows_w.append(w_t)
+        rows_u.append(u_t)
+    return torch.stack(rows_w, dim=-2).to(keys.dtype), torch.stack(rows_u, dim=-2).to(values.dtype)
 
 
 @alternatives.keep("read off the running products",
