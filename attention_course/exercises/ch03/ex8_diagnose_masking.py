@@ -207,117 +207,78 @@ def _rows(weights, valid_lens):
     return lens, torch.arange(num_keys) >= lens[..., None], lens == 0
 
 
+def _nonzero(w):
+    return w != 0
+
+
+def _ladder(weights, grads, valid_lens, *, is_nan=torch.isnan, empty_wrong=_nonzero, leak=_nonzero,
+            empty_rows_first=True, all_rows_sum=False, gradients=True):
+    """The contract's rules in order, with one rule changed per kept mistake (each keyword is one way
+    a real answer gets a rule wrong; the defaults are the contract's)."""
+    _, masked, empty = _rows(weights, valid_lens)
+    if bool(is_nan(weights).any()):
+        return "nan_weights"
+    rules = [("weights_on_empty_row", weights[empty], empty_wrong),
+             ("weight_on_masked_keys", weights[masked & ~empty[..., None]], leak)]
+    if not empty_rows_first:  # every masked key, empty rows included, is looked at before the empty rows
+        rules = [("weight_on_masked_keys", weights[masked], leak), rules[0]]
+    for label, chosen, wrong in rules:
+        if bool(wrong(chosen).any()):
+            return label
+    sums = weights.sum(dim=-1) if all_rows_sum else weights.sum(dim=-1)[~empty]
+    if bool(((sums - 1).abs() > 1e-4).any()):
+        return "rows_not_normalised"
+    return "nan_gradient" if gradients and bool(is_nan(grads).any()) else "correct"
+
+
 @mistakes.keep("NaN looked for in the weights only",
                "an implementation whose weights are right can still break training: an additive -inf mask "
                "gives the right weights and a NaN gradient on an empty row. The gradients are part of the "
                "diagnosis.")
 def _dm_weights_only(weights, grads, valid_lens):
-    _, masked, empty = _rows(weights, valid_lens)
-    if bool(torch.isnan(weights).any()):
-        return "nan_weights"
-    if bool((weights[empty] != 0).any()):
-        return "weights_on_empty_row"
-    if bool((weights[masked & ~empty[..., None]] != 0).any()):
-        return "weight_on_masked_keys"
-    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
-        return "rows_not_normalised"
-    return "correct"
+    return _ladder(weights, grads, valid_lens, gradients=False)
 
 
 @mistakes.keep("empty rows compared with a tolerance",
                "a row of valid length 0 must be exactly 0: an implementation that scales such a row down "
                "instead of zeroing it leaves weights far below a tolerance like 1e-6, and the contract counts them.")
 def _dm_empty_tolerance(weights, grads, valid_lens):
-    _, masked, empty = _rows(weights, valid_lens)
-    if bool(torch.isnan(weights).any()):
-        return "nan_weights"
-    if bool((weights[empty].abs() > 1e-6).any()):
-        return "weights_on_empty_row"
-    if bool((weights[masked & ~empty[..., None]] != 0).any()):
-        return "weight_on_masked_keys"
-    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
-        return "rows_not_normalised"
-    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+    return _ladder(weights, grads, valid_lens, empty_wrong=lambda w: w.abs() > 1e-6)
 
 
 @mistakes.keep("masked weights compared with a tolerance",
                "a masked key must get weight exactly 0: a finite fill such as -30 leaks weights of about "
                "1e-14, too small for a tolerance like 1e-6 to see, and the contract counts such a leak.")
 def _dm_tolerance(weights, grads, valid_lens):
-    _, masked, empty = _rows(weights, valid_lens)
-    if bool(torch.isnan(weights).any()):
-        return "nan_weights"
-    if bool((weights[empty].abs() > 1e-6).any()):
-        return "weights_on_empty_row"
-    if bool((weights[masked & ~empty[..., None]].abs() > 1e-6).any()):
-        return "weight_on_masked_keys"
-    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
-        return "rows_not_normalised"
-    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+    return _ladder(weights, grads, valid_lens, empty_wrong=lambda w: w.abs() > 1e-6, leak=lambda w: w.abs() > 1e-6)
 
 
 @mistakes.keep("empty rows judged like the others",
                "a row of valid length 0 has every key masked, so uniform weights there also put weight on "
                "masked keys; the contract tests the empty rows first and names that case on its own.")
 def _dm_empty_rows_last(weights, grads, valid_lens):
-    _, masked, empty = _rows(weights, valid_lens)
-    if bool(torch.isnan(weights).any()):
-        return "nan_weights"
-    if bool((weights[masked] != 0).any()):                      # empty rows included
-        return "weight_on_masked_keys"
-    if bool((weights[empty] != 0).any()):
-        return "weights_on_empty_row"
-    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
-        return "rows_not_normalised"
-    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+    return _ladder(weights, grads, valid_lens, empty_rows_first=False)
 
 
 @mistakes.keep("NaN compared with ==",
                "NaN is not equal to anything, itself included, so a comparison with float('nan') is always "
                "False and never finds one; torch has a test made for NaN.")
 def _dm_nan_equality(weights, grads, valid_lens):
-    _, masked, empty = _rows(weights, valid_lens)
-    if bool((weights == float("nan")).any()):
-        return "nan_weights"
-    if bool((weights[empty] != 0).any()):
-        return "weights_on_empty_row"
-    if bool((weights[masked & ~empty[..., None]] != 0).any()):
-        return "weight_on_masked_keys"
-    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
-        return "rows_not_normalised"
-    return "nan_gradient" if bool((grads == float("nan")).any()) else "correct"
+    return _ladder(weights, grads, valid_lens, is_nan=lambda t: t == float("nan"))
 
 
 @mistakes.keep("every row required to sum to 1",
                "by the chapter's convention a row of valid length 0 sums to 0, not 1; only rows with at least "
                "one valid key must sum to 1.")
 def _dm_all_rows_sum(weights, grads, valid_lens):
-    _, masked, empty = _rows(weights, valid_lens)
-    if bool(torch.isnan(weights).any()):
-        return "nan_weights"
-    if bool((weights[empty] != 0).any()):
-        return "weights_on_empty_row"
-    if bool((weights[masked & ~empty[..., None]] != 0).any()):
-        return "weight_on_masked_keys"
-    if bool(((weights.sum(dim=-1) - 1).abs() > 1e-4).any()):   # empty rows included
-        return "rows_not_normalised"
-    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+    return _ladder(weights, grads, valid_lens, all_rows_sum=True)
 
 
 @mistakes.keep("a leak looked for as a positive weight only",
                "a masked key's weight must be exactly 0: a leak can be negative too (one implementation here "
                "subtracts each row's leaked total from every key), and any weight that is not 0 counts.")
 def _dm_positive_leak_only(weights, grads, valid_lens):
-    _, masked, empty = _rows(weights, valid_lens)
-    if bool(torch.isnan(weights).any()):
-        return "nan_weights"
-    if bool((weights[empty] != 0).any()):
-        return "weights_on_empty_row"
-    if bool((weights[masked & ~empty[..., None]] > 0).any()):
-        return "weight_on_masked_keys"
-    if bool(((weights.sum(dim=-1)[~empty] - 1).abs() > 1e-4).any()):
-        return "rows_not_normalised"
-    return "nan_gradient" if bool(torch.isnan(grads).any()) else "correct"
+    return _ladder(weights, grads, valid_lens, leak=lambda w: w > 0)
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
