@@ -471,19 +471,25 @@ def test_ch02_ex6_a_tiny_width_floor_passes_everywhere():
     passes_everywhere("ch02_ex6", knn_width_floor)
 
 
-def test_ch02_ex6_open_question_has_a_reference_answer_in_its_solution_block():
-    """The reference answer is a solution-only markdown cell inside the solution block (folded on
-    the full site); the student notebook lacks it."""
+def _reference_answer_is_solution_only(label):
+    """The open question's reference answer is one solution-only markdown cell inside the solution
+    block (folded on the full site), and the student notebook lacks it."""
     root = Path(__file__).resolve().parents[2]
     cells = json.loads((root / "solutions" / "02_nadaraya_watson.ipynb").read_text())["cells"]
     text = ["".join(c["source"]) for c in cells]
-    start = next(i for i, t in enumerate(text) if "{solution-start} ch02_ex6" in t)
+    start = next(i for i, t in enumerate(text) if f"{{solution-start}} {label}" in t)
     end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
     answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
                and "solution-only" in cells[i]["metadata"].get("tags", [])]
     assert len(answers) == 1, answers
     student = (root / "chapters" / "02_nadaraya_watson.ipynb").read_text()
     assert text[answers[0]].splitlines()[0][:60] not in student
+
+
+def test_ch02_ex6_open_question_has_a_reference_answer_in_its_solution_block():
+    """The reference answer is a solution-only markdown cell inside the solution block (folded on
+    the full site); the student notebook lacks it."""
+    _reference_answer_is_solution_only("ch02_ex6")
 
 
 # ======================================== ch02_ex7
@@ -575,16 +581,7 @@ def test_ch02_ex7_loopholes_fail_a_public_check_and_at_grading(answer):
 
 
 def test_ch02_ex7_open_question_has_a_reference_answer_in_its_solution_block():
-    root = Path(__file__).resolve().parents[2]
-    cells = json.loads((root / "solutions" / "02_nadaraya_watson.ipynb").read_text())["cells"]
-    text = ["".join(c["source"]) for c in cells]
-    start = next(i for i, t in enumerate(text) if "{solution-start} ch02_ex7" in t)
-    end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
-    answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
-               and "solution-only" in cells[i]["metadata"].get("tags", [])]
-    assert len(answers) == 1, answers
-    student = (root / "chapters" / "02_nadaraya_watson.ipynb").read_text()
-    assert text[answers[0]].splitlines()[0][:60] not in student
+    _reference_answer_is_solution_only("ch02_ex7")
     assert "markdown cell of your own" in statement("ch02_ex7")
 
 
