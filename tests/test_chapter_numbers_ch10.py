@@ -129,6 +129,9 @@ def test_delta_rule_forms(prose):
           f"drifts most in float32, {rows[(2048, 'parallel')]['max_abs_diff_vs_recurrent']} at 2048 tokens",
           f"Chunks of 64 ran {speed[(2048, 'chunked_64')]:.0f} times faster than the loop at 2048 tokens and "
           f"stayed within {rows[(2048, 'chunked_64')]['max_abs_diff_vs_recurrent']} of it")
+    growth = {form: float(rows[(1024, form)]["ms"]) / float(rows[(256, form)]["ms"]) for form in ("parallel", "recurrent")}
+    _says(prose, f"its time grew about {growth['parallel']:.0f}-fold from 256 to 1024 tokens, the loop's "
+                 f"{growth['recurrent']:.1f}-fold")
     drift = {form: max(float(rows[(n, form)]["max_abs_diff_vs_recurrent"]) for n in (256, 1024, 2048))
              for form in ("parallel", "chunked_64")}
     assert drift["parallel"] > drift["chunked_64"]
