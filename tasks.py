@@ -2,7 +2,8 @@
 """Set up and run the course's main jobs with nothing but Python 3.11.
 
     python3 tasks.py lab      open the student notebooks (chapters/) in JupyterLab
-    python3 tasks.py book     build the course site  -> _build/html/index.html
+    python3 tasks.py book     build the course site  -> _build/html/index.html (from the notebooks'
+                              stored outputs, which the suite checks; --execute runs them)
     python3 tasks.py test     run the whole test suite (installs Debian's chromium, and the Node.js
                               tools of the workflow and accessibility tests, if missing)
     python3 tasks.py setup    only create/update the virtual environment (.venv)
@@ -38,23 +39,29 @@ def _run(cmd: list, **kwargs) -> int:
     return subprocess.call([str(c) for c in cmd], cwd=ROOT, **kwargs)
 
 
-def setup() -> None:
+def setup(kernels: bool = True) -> None:
+    """Make `.venv` hold requirements.txt (and, with ``kernels``, chapter 11's extra), pinned by the lock.
+
+    The site is built from the stored outputs and never runs chapter 11's kernels, so `book` skips
+    the extra (about 1 GB); `test` and `lab` run chapter 11 and install it."""
     if sys.version_info < (3, 11):
         sys.exit(f"tasks.py: Python 3.11 or newer is needed, this is {sys.version.split()[0]}")
-    wanted = hashlib.sha256((ROOT / "requirements.txt").read_bytes() + (ROOT / "pyproject.toml").read_bytes()
-                            + KERNELS.read_bytes() + LOCK.read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text().strip() == wanted and (BIN / "python").exists():
+    base = hashlib.sha256((ROOT / "requirements.txt").read_bytes() + (ROOT / "pyproject.toml").read_bytes()
+                          + LOCK.read_bytes()).hexdigest()
+    wanted = [base] + ([hashlib.sha256(base.encode() + KERNELS.read_bytes()).hexdigest()] if kernels else [])
+    have = STAMP.read_text().split() if STAMP.exists() else []
+    if (BIN / "python").exists() and have[:1] == wanted[:1] and set(wanted) <= set(have):
         return
     if not (BIN / "python").exists():
         print(f"creating the virtual environment {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     # requirements.txt names what the course needs; requirements.lock pins everything they pull in.
-    # The suite and the site also run chapter 11, whose extra (triton) readers of 1-10 never install.
-    status = _run([BIN / "python", "-m", "pip", "install", "--quiet", "-r", ROOT / "requirements.txt",
-                   "-r", KERNELS, "-c", LOCK])
+    extra = ["-r", KERNELS] if kernels else []
+    status = _run([BIN / "python", "-m", "pip", "install", "--quiet", "-r", ROOT / "requirements.txt", *extra,
+                   "-c", LOCK])
     if status != 0:
         sys.exit(f"tasks.py: installing requirements.txt failed (exit {status})")
-    STAMP.write_text(wanted + "\n")
+    STAMP.write_text(" ".join(wanted) + "\n")
 
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -127,8 +134,15 @@ def lab(extra: list) -> int:
 
 
 def book(extra: list) -> int:
-    setup()
-    status = _run([BIN / "jupyter-book", "build", ROOT, "-W", "-n", "--keep-going", *extra], env=_env())
+    """Build the site from the solution notebooks' stored outputs (the suite's nbval run checks that
+    they are what the code prints); `python3 tasks.py book --execute` executes them instead."""
+    execute = "--execute" in extra
+    extra = [a for a in extra if a != "--execute"]
+    setup(kernels=execute)
+    if execute:
+        status = _run([BIN / "jupyter-book", "build", ROOT, "-W", "-n", "--keep-going", *extra], env=_env())
+    else:
+        status = _run([BIN / "attention-course", "build", "--root", ROOT, "--stored-outputs", *extra], env=_env())
     if status == 0:
         print(f"\nThe course site is built: open {ROOT / '_build' / 'html' / 'index.html'}")
     return status
