@@ -9,6 +9,7 @@ student's.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -111,6 +112,112 @@ class _LargestTensor(TorchDispatchMode):
         return out
 
 
+class _KernelMemory:
+    """What the Triton kernels launched during a call read and write, for ``report=("kernel_memory",)``.
+
+    Active only where triton's interpreter runs the kernels (a CPU, ``TRITON_INTERPRET=1``): while
+    the call runs, the interpreter's masked load and store (every ``tl.load``/``tl.store``, with or
+    without a mask, and the tensor descriptors' loads, go through them) are wrapped so that
+
+    * a lane outside the memory of every tensor handed to the kernel is never touched: a load there
+      gives NaN (a float) and a store there is dropped, and both are counted, so a missing boundary
+      mask has one outcome on every machine and never corrupts memory;
+    * the largest single load (in lanes, masked or not) is kept: a kernel that loads all the keys
+      at once, instead of a block of them, shows it;
+    * the elements each program reads from each tensor argument of the call are kept (their offsets
+      from the tensor's first element), so a check can tell which blocks a program visited.
+
+    The outcome is plain data: ``{"launches", "largest_load", "out_of_bounds_loads",
+    "out_of_bounds_stores", "reads": {"<launch>,<x>,<y>,<z>": {"<argument position>": offsets}}}``."""
+
+    def __init__(self, tensors: dict):
+        self.tracked = {pos: (t.data_ptr(), t.element_size(), t.untyped_storage().data_ptr()
+                              + t.untyped_storage().nbytes()) for pos, t in tensors.items()}
+        self.launches, self.largest = 0, 0
+        self.bad_loads = self.bad_stores = 0
+        self.ranges: list = []
+        self.reads: dict = {}
+        self.undo: list = []
+
+    def __enter__(self):
+        import os
+        import sys
+        if "triton" not in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            return self             # no kernel has run or will run in the interpreter
+        try:                        # only kernel exercises ask for this report; they need triton
+            import triton.runtime.interpreter as interp
+        except ImportError:
+            return self
+        import numpy as np
+        builder, executor, recorder = interp.InterpreterBuilder, interp.GridExecutor, self
+        load, store, init = builder.create_masked_load, builder.create_masked_store, executor._init_args_hst
+
+        def inside(ptrs):
+            ok = np.zeros(ptrs.shape, dtype=bool)
+            for lo, hi in recorder.ranges:
+                ok |= (ptrs >= lo) & (ptrs < hi)
+            return ok
+
+        def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+            data = np.asarray(ptrs.data)
+            on = np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
+            ok = inside(data)
+            recorder.largest = max(recorder.largest, int(data.size))
+            bad = on & ~ok
+            if bad.any():
+                recorder.bad_loads += int(bad.sum())
+                mask = interp.TensorHandle(on & ok, mask.dtype)
+            out = load(self, ptrs, mask, other, cache_policy, is_volatile)
+            if bad.any() and np.issubdtype(out.data.dtype, np.floating):
+                out.data[np.broadcast_to(bad, out.data.shape)] = np.nan
+            key = ",".join(str(i) for i in (recorder.launches, *(self.grid_idx or (0, 0, 0))))
+            for pos, (lo, size, hi) in recorder.tracked.items():
+                hit = on & ok & (data >= lo) & (data < hi)
+                if hit.any():
+                    recorder.reads.setdefault(key, {}).setdefault(str(pos), []).append(
+                        ((data[hit] - lo) // size).astype(np.int64))
+            return out
+
+        def masked_store(self, ptrs, value, mask, cache_policy):
+            data = np.asarray(ptrs.data)
+            on = np.broadcast_to(np.asarray(mask.data, dtype=bool), data.shape)
+            bad = on & ~inside(data)
+            if bad.any():
+                recorder.bad_stores += int(bad.sum())
+                mask = interp.TensorHandle(on & ~bad, mask.dtype)
+            return store(self, ptrs, value, mask, cache_policy)
+
+        def init_args(self, args, kwargs):
+            args_hst, kwargs_hst = init(self, args, kwargs)
+            recorder.launches += 1
+            recorder.ranges = []
+            for arg in list(args_hst) + list(kwargs_hst.values()):
+                for t in (arg if isinstance(arg, tuple) else (arg,)):
+                    t = getattr(t, "base", t) if not isinstance(t, torch.Tensor) else t
+                    if isinstance(t, torch.Tensor):
+                        lo = t.untyped_storage().data_ptr()
+                        recorder.ranges.append((lo, lo + t.untyped_storage().nbytes()))
+            return args_hst, kwargs_hst
+
+        builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
+        executor._init_args_hst = init_args
+        self.undo = [(builder, "create_masked_load", load), (builder, "create_masked_store", store),
+                     (executor, "_init_args_hst", init)]
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, original in self.undo:
+            setattr(owner, name, original)
+        return False
+
+    def outcome(self) -> dict:
+        import numpy as np
+        reads = {key: {pos: torch.from_numpy(np.unique(np.concatenate(parts))) for pos, parts in by_arg.items()}
+                 for key, by_arg in self.reads.items()}
+        return {"launches": self.launches, "largest_load": self.largest, "out_of_bounds_loads": self.bad_loads,
+                "out_of_bounds_stores": self.bad_stores, "reads": reads}
+
+
 def run_call(obj: Any, call, kind: str = "function") -> dict:
     """Execute ``call`` on ``obj`` and return its outcome as plain data."""
     try:
@@ -145,11 +252,10 @@ def run_call(obj: Any, call, kind: str = "function") -> dict:
         if call.call_seed is not None:
             _seed(call.call_seed)
         recorder = _LargestTensor() if "largest_tensor" in call.report else None
-        if recorder is None:
+        memory = _KernelMemory({i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}) \
+            if "kernel_memory" in call.report else None
+        with (recorder or contextlib.nullcontext()), (memory or contextlib.nullcontext()):
             result = target(*args, **kwargs)
-        else:
-            with recorder:
-                result = target(*args, **kwargs)
         outcome = {"status": "ok", "value": to_plain(result)}
         if call.grads_of:
             out = result[0] if isinstance(result, (tuple, list)) else result
@@ -171,6 +277,8 @@ def run_call(obj: Any, call, kind: str = "function") -> dict:
                 bool(a.training) for a in args if isinstance(a, torch.nn.Module)]
         if recorder is not None:
             extras["largest_tensor_entries"] = recorder.largest
+        if memory is not None:
+            extras["kernel_memory"] = memory.outcome()
         if extras:
             outcome["extras"] = extras
         return outcome
