@@ -27,4 +27,5 @@ exercises are imported) and the kernel checks' compare.
 from . import (  # noqa: F401  (importing an exercise module registers it)
     ex1_masked_row_softmax,
     ex2_causal_attention_last,
+    ex3_window_attention,
 )
