@@ -28,4 +28,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex1_masked_row_softmax,
     ex2_causal_attention_last,
     ex3_window_attention,
+    ex4_causal_backward_dq,
 )
