@@ -69,6 +69,29 @@
     });
   }
 
+  // Long inline code (`attention_course.efficient.cached_self_attention`) may break after a dot,
+  // an underscore, an opening parenthesis or a comma, as a reader splits a name, rather than in
+  // the middle of a word: each such place gets a <wbr> (it adds no character to what is copied).
+  var BREAK_AFTER = /([._(,\/])(?=[^\s])/g;
+  function breakable(span) {
+    var text = span.textContent;
+    if (text.length < 16 || span.dataset.breakable || span.children.length) {
+      return;
+    }
+    span.dataset.breakable = "1";
+    var pieces = text.split(BREAK_AFTER);
+    var out = document.createDocumentFragment();
+    for (var i = 0; i < pieces.length; i += 2) {
+      var piece = pieces[i] + (i + 1 < pieces.length ? pieces[i + 1] : "");
+      out.appendChild(document.createTextNode(piece));
+      if (i + 1 < pieces.length) {
+        out.appendChild(document.createElement("wbr"));
+      }
+    }
+    span.textContent = "";
+    span.appendChild(out);
+  }
+
   var timer = null;
   function later() {
     clearTimeout(timer);
@@ -76,6 +99,7 @@
   }
 
   function start() {
+    document.querySelectorAll("code.literal span.pre").forEach(breakable);
     document.querySelectorAll("div.cell_output img").forEach(function (img) {
       if (img.complete) {
         markFigure(img);

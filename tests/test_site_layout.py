@@ -61,7 +61,19 @@ MEASURE = """() => {
     const drawn = box.querySelector('mjx-container > mjx-math');
     return drawn && box.clientWidth > 0 && drawn.getBoundingClientRect().width > box.clientWidth + 1;
   });
-  return {width: document.scrollingElement.scrollWidth, viewport, outside,
+  // A piece of inline code in a heading (layout.js splits long names after dots, underscores,
+  // parentheses and commas) laid out on more than one line: a word broken in its middle.
+  const brokenWords = [];
+  for (const span of document.querySelectorAll(':is(h1, h2, h3, h4, h5, h6) code.literal span.pre')) {
+    for (const node of span.childNodes) {
+      if (node.nodeType !== Node.TEXT_NODE || !node.textContent.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+      if (tops.size > 1) brokenWords.push(node.textContent);
+    }
+  }
+  return {width: document.scrollingElement.scrollWidth, viewport, outside, brokenWords,
           formulas: document.querySelectorAll('mjx-container').length, formulaTabStops: tabStops.length,
           wideEquations: wideEquations.length, wideEquationsNotTabStops: wideEquations.filter(b => !tabStop(b)).length};
 }"""
@@ -87,6 +99,8 @@ def _problems(name: str, width: int, found: dict) -> list:
     if found["width"] > found["viewport"]:
         problems.append(f"{name} at {width} px: the page is {found['width']} px wide")
     problems += [f"{name} at {width} px: {what}" for what in found["outside"][:5]]
+    problems += [f"{name} at {width} px: the heading's code {word!r} breaks inside a word"
+                 for word in found["brokenWords"][:5]]
     if found["formulaTabStops"]:
         problems.append(f"{name} at {width} px: {found['formulaTabStops']} of {found['formulas']} formulas "
                         "are Tab stops")
@@ -138,6 +152,17 @@ def test_the_layout_check_finds_what_sticks_out(browser, sites):
     }""")
     found = page.evaluate(MEASURE)
     assert found["width"] > 390 and found["formulaTabStops"] == 1, found
+    # A long name in a heading without the layout script's break opportunities breaks mid-word.
+    page.evaluate("""() => {
+      const heading = [...document.querySelectorAll('main h2')].find(h => h.getBoundingClientRect().width > 0);
+      const code = document.createElement('code');
+      code.className = 'literal';
+      code.innerHTML = '<span class="pre">' + 'attention_course.efficient.cached_self_attention'.repeat(2) + '</span>';
+      code.style.overflowWrap = 'anywhere';
+      code.firstChild.style.overflowWrap = 'anywhere';
+      heading.prepend(code);
+    }""")
+    assert page.evaluate(MEASURE)["brokenWords"], "a name broken mid-word in a heading was not found"
     assert any("xxxx" in what for what in found["outside"]), found["outside"]
     page.goto(url, wait_until="load")
     page.evaluate(SETTLE)
