@@ -29,4 +29,5 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex2_causal_attention_last,
     ex3_window_attention,
     ex4_causal_backward_dq,
+    ex5_split_kv_decode,
 )
