@@ -14,8 +14,10 @@ Conventions of the attention kernels:
 * ``q`` of shape ``(..., n_q, d)``, ``k`` and ``v`` of shape ``(..., n_k, d)`` with the same leading
   axes (batch, heads, or none); one program handles one block of queries (or keys) of one slice of
   the leading axes. ``d`` may be any size: blocks of the head dimension are padded to a power of two
-  of at least 16 (``tl.arange`` needs a power of two, ``tl.dot`` at least 16) and masked.
-* Lengths need not be multiples of the blocks: the last block of queries or keys is masked.
+  of at least 16 (``tl.arange`` needs a power of two; on NVIDIA GPUs, Triton 3.9's ``tl.dot`` needs
+  the shared side of 16-bit blocks to be at least 16) and masked.
+* ``block_m`` and ``block_n`` are powers of two of at least 16 (they are shared sides of ``tl.dot``
+  in the backward pass). Lengths need not be multiples of them: the last block is masked.
 * ``causal=True`` lets query ``i`` see keys ``j <= i`` (aligned at the top left, as
   ``F.scaled_dot_product_attention(..., is_causal=True)`` does).
 * Scores are scaled by ``1 / sqrt(d)``; ``lse`` is the natural log-sum-exp of each row of scaled
