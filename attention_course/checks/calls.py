@@ -127,8 +127,9 @@ class _KernelMemory:
     * the elements each program reads from each tensor argument of the call are kept (their offsets
       from the tensor's first element), so a check can tell which blocks a program visited.
 
-    The outcome is plain data: ``{"launches", "largest_load", "out_of_bounds_loads",
-    "out_of_bounds_stores", "reads": {"<launch>,<x>,<y>,<z>": {"<argument position>": offsets}}}``."""
+    numpy's floating-point warnings are silenced while the kernels run. The outcome is plain data:
+    ``{"launches", "largest_load", "out_of_bounds_loads", "out_of_bounds_stores",
+    "reads": {"<launch>,<x>,<y>,<z>": {"<argument position>": offsets}}}``."""
 
     def __init__(self, tensors: dict):
         self.tracked = {pos: (t.data_ptr(), t.element_size(), t.untyped_storage().data_ptr()
@@ -203,11 +204,17 @@ class _KernelMemory:
         executor._init_args_hst = init_args
         self.undo = [(builder, "create_masked_load", load), (builder, "create_masked_store", store),
                      (executor, "_init_args_hst", init)]
+        # The interpreter computes every lane, masked ones too (0/0 where a mask later picks 0): numpy's
+        # warnings about them say nothing of the kernel a GPU would run.
+        self.errstate = np.errstate(all="ignore")
+        self.errstate.__enter__()
         return self
 
     def __exit__(self, *exc):
         for owner, name, original in self.undo:
             setattr(owner, name, original)
+        if self.undo:
+            self.errstate.__exit__(*exc)
         return False
 
     def outcome(self) -> dict:
