@@ -75,7 +75,7 @@ def _check_tensor(name, t, min_dims):
         raise ValueError(f"{name} must have at least {min_dims} dimensions, got shape {tuple(t.shape)}")
     if not t.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
-    if t.device != _device():
+    if t.device.type != _device().type:
         raise ValueError(f"{name} is on {t.device}, but the kernels run on {_device()} "
                          f"({'compiled' if on_gpu() else 'interpreter'})")
 
@@ -386,23 +386,23 @@ def flash_backward(q, k, v, out, lse, grad_out, causal=False, block_m=16, block_
 
 
 class FlashAttention(torch.autograd.Function):
-    """Attention through the two kernels: ``FlashAttention.apply(q, k, v, causal)`` saves only
-    ``q, k, v, out`` and ``lse`` for the backward pass."""
+    """Attention through the kernels: ``FlashAttention.apply(q, k, v, causal, block_m, block_n)``
+    saves only ``q, k, v, out`` and ``lse`` for the backward pass."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=False):
-        out, lse = flash_forward(q, k, v, causal=causal)
+    def forward(ctx, q, k, v, causal=False, block_m=16, block_n=16):
+        out, lse = flash_forward(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal = causal
+        ctx.settings = dict(causal=causal, block_m=block_m, block_n=block_n)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_backward(q, k, v, out, lse, grad_out, causal=ctx.causal)
-        return dq, dk, dv, None
+        dq, dk, dv = flash_backward(q, k, v, out, lse, grad_out, **ctx.settings)
+        return dq, dk, dv, None, None, None
 
 
-def flash_attention(q, k, v, causal=False):
+def flash_attention(q, k, v, causal=False, block_m=16, block_n=16):
     """Attention whose backward pass runs the kernels too (a differentiable ``flash_forward``)."""
-    return FlashAttention.apply(q, k, v, causal)
+    return FlashAttention.apply(q, k, v, causal, block_m, block_n)
