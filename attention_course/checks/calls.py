@@ -127,7 +127,7 @@ class _KernelMemory:
     * the elements each program reads from each tensor argument of the call are kept (their offsets
       from the tensor's first element), so a check can tell which blocks a program visited.
 
-    numpy's floating-point warnings are silenced while the kernels run. The outcome is plain data:
+    numpy's floating-point warnings (raised in the interpreter) are silenced while the kernels run. The outcome is plain data:
     ``{"launches", "largest_load", "out_of_bounds_loads", "out_of_bounds_stores",
     "reads": {"<launch>,<x>,<y>,<z>": {"<argument position>": offsets}}}``."""
 
@@ -206,15 +206,18 @@ class _KernelMemory:
                      (executor, "_init_args_hst", init)]
         # The interpreter computes every lane, masked ones too (0/0 where a mask later picks 0): numpy's
         # warnings about them say nothing of the kernel a GPU would run.
-        self.errstate = np.errstate(all="ignore")
-        self.errstate.__enter__()
+        import warnings
+        self.quiet = [np.errstate(all="ignore"), warnings.catch_warnings()]
+        for context in self.quiet:
+            context.__enter__()
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
         return self
 
     def __exit__(self, *exc):
         for owner, name, original in self.undo:
             setattr(owner, name, original)
-        if self.undo:
-            self.errstate.__exit__(*exc)
+        for context in reversed(self.quiet if self.undo else []):
+            context.__exit__(*exc)
         return False
 
     def outcome(self) -> dict:

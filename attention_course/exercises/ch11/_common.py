@@ -86,7 +86,9 @@ def _ranges(rows) -> str:
 def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), rtol=1e-4, atol=1e-5):
     """The compare of a kernel check. Per call, in this order:
 
-    1. an error where the expected outcome raised (or the reverse) is compared as usual;
+    1. an expected outcome that raised fails the check (no kernel check expects an error: its kernels
+       could not run, e.g. triton imported before ``TRITON_INTERPRET`` was set); an answer that raised
+       is compared as usual (the stub's error, any other error);
     2. memory outside the tensors handed to the kernels: where the expected outcome touched none,
        any touch fails; where it did (a kept mistake), the answer matches it by touching some too;
     3. the values (within ``rtol`` and ``atol``);
@@ -100,7 +102,11 @@ def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), r
     def compare(got, want, calls):
         for i, (mine, theirs, call) in enumerate(zip(got, want, calls)):
             where = "" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: "
-            if theirs["status"] != "ok" or mine["status"] != "ok":
+            if theirs["status"] != "ok":   # no kernel check expects an error: the kernels could not run
+                return (where + f"the expected outcome raised {theirs['error_type']}: {theirs['message'][:200]} "
+                        "(Triton runs kernels on the CPU only in its interpreter: TRITON_INTERPRET=1 must be set "
+                        "before triton is imported)")
+            if mine["status"] != "ok":
                 reason = compare_outcome(mine, theirs, values, call)
                 if reason:
                     return where + reason

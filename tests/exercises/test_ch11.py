@@ -1,0 +1,273 @@
+"""Regression tests of chapter 11's exercises (Triton kernels, run in Triton's interpreter), filed by
+exercise.
+
+Where a newly found mistake's regression test goes: into this file, in the section of its exercise,
+named ``test_ch11_exM_<what it shows>``; a test about several of the chapter's exercises is
+parametrized so that every id carries its exercise's label. Each wrong answer is written by hand, the
+way a student would write it (never the kept mistake it should match). Issue 43 asks that a kernel with
+a missing boundary mask and one that materialises the score matrix both fail with the hint that names
+the mistake (ch11_ex2 below), and that the checks look at what a kernel did (which blocks it loaded),
+not only at its outputs.
+"""
+import math
+
+import pytest
+import torch
+
+# First: without a GPU it sets TRITON_INTERPRET, which triton reads when it is imported.
+from attention_course.exercises.ch11._common import load_triton  # noqa: E402
+
+pytest.importorskip("triton")
+
+from attention_course.checks.checking import run_checks  # noqa: E402
+from attention_course.checks.registry import all_exercises  # noqa: E402
+
+from exercise_helpers import BLAMING, assert_mistake, failed_checks, passes_everywhere  # noqa: E402
+
+triton = load_triton()
+import triton.language as tl  # noqa: E402
+
+
+@pytest.mark.parametrize("exercise", all_exercises(11), ids=lambda e: e.label)
+def test_ch11_check_hints_describe_rather_than_blame(exercise):
+    for check in exercise.checks:
+        for words in BLAMING:
+            assert words not in check.hint.lower(), (check.name, words)
+
+
+# ------------------------------------------------------------- ch11_ex1
+
+@triton.jit
+def _softmax_rows(X, LENS, OUT, n, BLOCK: tl.constexpr, RESCALE: tl.constexpr):
+    r = tl.program_id(0)
+    length = tl.load(LENS + r)
+    biggest = -float("inf")
+    total = 0.0
+    for j in range(0, length, BLOCK):
+        cols = j + tl.arange(0, BLOCK)
+        xs = tl.load(X + r * n + cols, mask=cols < length, other=-float("inf"))
+        now = tl.maximum(biggest, tl.max(xs, 0))
+        if RESCALE:
+            total = total * tl.exp(biggest - now)
+        total = total + tl.sum(tl.exp(xs - now), 0)
+        biggest = now
+    for j in range(0, n, BLOCK):
+        cols = j + tl.arange(0, BLOCK)
+        xs = tl.load(X + r * n + cols, mask=cols < length, other=-float("inf"))
+        tl.store(OUT + r * n + cols, tl.where(cols < length, tl.exp(xs - biggest) / total, 0.0), mask=cols < n)
+
+
+def _student_softmax(rescale=True, whole_row=False):
+    def masked_row_softmax(x, valid_lens, block):
+        out = torch.empty_like(x)
+        width = triton.next_power_of_2(x.shape[1]) if whole_row else block
+        _softmax_rows[(x.shape[0],)](x, valid_lens, out, x.shape[1], BLOCK=width, RESCALE=rescale)
+        return out
+    return masked_row_softmax
+
+
+def test_ch11_ex1_a_correct_student_kernel_passes():
+    passes_everywhere("ch11_ex1", _student_softmax())
+
+
+def test_ch11_ex1_a_sum_not_rescaled_is_named():
+    assert_mistake("ch11_ex1", _student_softmax(rescale=False), "max not carried between blocks")
+
+
+def test_ch11_ex1_a_row_in_one_block_is_named():
+    assert_mistake("ch11_ex1", _student_softmax(whole_row=True), "whole row loaded at once")
+
+
+def test_ch11_ex1_torch_in_the_launcher_earns_nothing():
+    def masked_row_softmax(x, valid_lens, block):
+        keep = torch.arange(x.shape[1])[None, :] < valid_lens[:, None]
+        w = torch.softmax(x.masked_fill(~keep, -math.inf), -1)
+        return torch.where(keep, w, 0.0)
+    failed = failed_checks("ch11_ex1", masked_row_softmax)
+    assert len(failed) == 3 and all("no Triton kernel" in r.reason for r in failed), [r.line() for r in failed]
+
+
+# ------------------------------------------------------------- ch11_ex2
+
+@triton.jit
+def _forward_last(Q, K, V, O, L, n_q, n_k, scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                  MASK_ROWS: tl.constexpr, SCALE_Q: tl.constexpr):
+    i, h = tl.program_id(0), tl.program_id(1)
+    m = i * BM + tl.arange(0, BM)
+    e = tl.arange(0, D)
+    first = n_k - n_q
+    if MASK_ROWS:
+        q = tl.load(Q + h * n_q * D + m[:, None] * D + e[None, :], mask=m[:, None] < n_q, other=0.0)
+    else:     # a student who tested only with multiples of the blocks
+        q = tl.load(Q + h * n_q * D + m[:, None] * D + e[None, :])
+    if SCALE_Q:
+        q = q * scale
+    mx = tl.zeros([BM], tl.float32) - float("inf")
+    sm = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, D], tl.float32)
+    for j in range(0, tl.minimum(n_k, first + (i + 1) * BM), BN):
+        n = j + tl.arange(0, BN)
+        if MASK_ROWS:
+            k = tl.load(K + h * n_k * D + n[:, None] * D + e[None, :], mask=n[:, None] < n_k, other=0.0)
+            v = tl.load(V + h * n_k * D + n[:, None] * D + e[None, :], mask=n[:, None] < n_k, other=0.0)
+        else:
+            k = tl.load(K + h * n_k * D + n[:, None] * D + e[None, :])
+            v = tl.load(V + h * n_k * D + n[:, None] * D + e[None, :])
+        s = tl.where(n[None, :] <= first + m[:, None], tl.dot(q, tl.trans(k)) * scale, -float("inf"))
+        mx2 = tl.maximum(mx, tl.max(s, 1))
+        p = tl.exp(s - mx2[:, None])
+        sm = sm * tl.exp(mx - mx2) + tl.sum(p, 1)
+        acc = acc * tl.exp(mx - mx2)[:, None] + tl.dot(p, v)
+        mx = mx2
+    if MASK_ROWS:
+        tl.store(O + h * n_q * D + m[:, None] * D + e[None, :], acc / sm[:, None], mask=m[:, None] < n_q)
+        tl.store(L + h * n_q + m, mx + tl.log(sm), mask=m < n_q)
+    else:
+        tl.store(O + h * n_q * D + m[:, None] * D + e[None, :], acc / sm[:, None])
+        tl.store(L + h * n_q + m, mx + tl.log(sm))
+
+
+def _student_forward(mask_rows=True, scale_q=False, all_keys=False):
+    def causal_attention_last(q, k, v, block_m, block_n):
+        heads, n_q, d = q.shape
+        out, lse = torch.empty_like(q), torch.empty(heads, n_q)
+        bn = triton.next_power_of_2(k.shape[1]) if all_keys else block_n
+        _forward_last[(triton.cdiv(n_q, block_m), heads)](q, k, v, out, lse, n_q, k.shape[1], 1 / math.sqrt(d),
+                                                          D=d, BM=block_m, BN=bn, MASK_ROWS=mask_rows,
+                                                          SCALE_Q=scale_q)
+        return out, lse
+    return causal_attention_last
+
+
+def test_ch11_ex2_a_correct_student_kernel_passes():
+    passes_everywhere("ch11_ex2", _student_forward())
+
+
+def test_ch11_ex2_a_missing_boundary_mask_is_named():
+    assert_mistake("ch11_ex2", _student_forward(mask_rows=False), "no boundary masks")
+
+
+def test_ch11_ex2_a_kernel_holding_a_whole_row_block_of_scores_is_named():
+    # Its values are right: only the size of its loads gives it away.
+    assert_mistake("ch11_ex2", _student_forward(all_keys=True), "all keys loaded at once")
+
+
+def test_ch11_ex2_the_scale_applied_twice_is_named():
+    assert_mistake("ch11_ex2", _student_forward(scale_q=True), "scale applied twice")
+
+
+def test_ch11_ex2_sdpa_in_the_launcher_beside_a_kernel_that_reads_nothing_fails():
+    @triton.jit
+    def touch(X, n, B: tl.constexpr):
+        i = tl.arange(0, B)
+        tl.store(X + i, tl.load(X + i, mask=i < n), mask=i < n)
+
+    def causal_attention_last(q, k, v, block_m, block_n):
+        n_q, n_k = q.shape[1], k.shape[1]
+        keep = torch.arange(n_k)[None, :] <= (n_k - n_q + torch.arange(n_q))[:, None]
+        s = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(~keep, -math.inf)
+        out = torch.softmax(s, -1) @ v
+        touch[(1,)](out, 4, B=16)
+        return out, torch.logsumexp(s, -1)
+    failed = failed_checks("ch11_ex2", causal_attention_last)
+    assert len(failed) == 3, [r.line() for r in failed]
+    assert all("rows" in r.reason for r in failed), [r.reason for r in failed]
+
+
+def test_ch11_ex2_padded_queries_through_a_square_kernel_fail_by_the_rows_read():
+    # The queries padded at the front into a square problem: the values are right, but the kernel reads a
+    # copy of q and programs that exist only for the padding.
+    square = _student_forward()
+
+    def causal_attention_last(q, k, v, block_m, block_n):
+        pad = k.shape[1] - q.shape[1]
+        full = torch.cat([q.new_zeros(q.shape[0], pad, q.shape[2]), q], 1)
+        out, lse = square(full, k, v, block_m, block_n)
+        return out[:, pad:].contiguous(), lse[:, pad:].contiguous()
+    failed = failed_checks("ch11_ex2", causal_attention_last)
+    assert failed and all("rows" in r.reason for r in failed), [r.line() for r in failed]
+
+
+# ------------------------------------------------------------- ch11_ex3
+
+@triton.jit
+def _window_from_zero(Q, K, V, O, n, w, scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    b, h = tl.program_id(0), tl.program_id(1)
+    i = b * BM + tl.arange(0, BM)
+    e = tl.arange(0, D)
+    q = tl.load(Q + h * n * D + i[:, None] * D + e[None, :], mask=i[:, None] < n, other=0.0)
+    mx = tl.full([BM], -1e30, tl.float32)
+    sm = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, D], tl.float32)
+    for j0 in range(0, tl.minimum(n, (b + 1) * BM), BN):      # from the first block: masked, but loaded
+        j = j0 + tl.arange(0, BN)
+        k = tl.load(K + h * n * D + j[:, None] * D + e[None, :], mask=j[:, None] < n, other=0.0)
+        v = tl.load(V + h * n * D + j[:, None] * D + e[None, :], mask=j[:, None] < n, other=0.0)
+        ok = (j[None, :] <= i[:, None]) & (j[None, :] > i[:, None] - w)
+        s = tl.where(ok, tl.dot(q, tl.trans(k)) * scale, -1e30)
+        mx2 = tl.maximum(mx, tl.max(s, 1))
+        p = tl.where(ok, tl.exp(s - mx2[:, None]), 0.0)
+        sm = sm * tl.exp(mx - mx2) + tl.sum(p, 1)
+        acc = acc * tl.exp(mx - mx2)[:, None] + tl.dot(p, v)
+        mx = mx2
+    tl.store(O + h * n * D + i[:, None] * D + e[None, :], acc / sm[:, None], mask=i[:, None] < n)
+
+
+def test_ch11_ex3_loading_the_blocks_before_the_window_is_named():
+    def window_attention(q, k, v, window, block_m, block_n):
+        heads, n, d = q.shape
+        out = torch.empty_like(q)
+        _window_from_zero[(triton.cdiv(n, block_m), heads)](q, k, v, out, n, window, d ** -0.5,
+                                                            D=d, BM=block_m, BN=block_n)
+        return out
+    assert_mistake("ch11_ex3", window_attention, "blocks before the window loaded")
+
+
+# ------------------------------------------------------------- ch11_ex4
+
+@triton.jit
+def _dq_without_d(Q, K, V, L, DO, DQ, n_q, n_k, scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    b, h = tl.program_id(0), tl.program_id(1)
+    i = b * BM + tl.arange(0, BM)
+    e = tl.arange(0, D)
+    at = h * n_q * D + i[:, None] * D + e[None, :]
+    q = tl.load(Q + at, mask=i[:, None] < n_q, other=0.0)
+    do = tl.load(DO + at, mask=i[:, None] < n_q, other=0.0)
+    lse = tl.load(L + h * n_q + i, mask=i < n_q, other=0.0)
+    dq = tl.zeros([BM, D], tl.float32)
+    for j0 in range(0, tl.minimum(n_k, n_k - n_q + (b + 1) * BM), BN):
+        j = j0 + tl.arange(0, BN)
+        k = tl.load(K + h * n_k * D + j[:, None] * D + e[None, :], mask=j[:, None] < n_k, other=0.0)
+        v = tl.load(V + h * n_k * D + j[:, None] * D + e[None, :], mask=j[:, None] < n_k, other=0.0)
+        p = tl.where(j[None, :] <= n_k - n_q + i[:, None], tl.exp(tl.dot(q, tl.trans(k)) * scale - lse[:, None]), 0.0)
+        dq += tl.dot(p * tl.dot(do, tl.trans(v)), k)          # dS = P * dP: the row term forgotten
+    tl.store(DQ + at, dq * scale, mask=i[:, None] < n_q)
+
+
+def test_ch11_ex4_the_row_term_left_out_is_named():
+    def causal_backward_dq(q, k, v, out, lse, grad_out, block_m, block_n):
+        heads, n_q, d = q.shape
+        dq = torch.empty_like(q)
+        _dq_without_d[(triton.cdiv(n_q, block_m), heads)](q, k, v, lse, grad_out, dq, n_q, k.shape[1], d ** -0.5,
+                                                          D=d, BM=block_m, BN=block_n)
+        return dq
+    assert_mistake("ch11_ex4", causal_backward_dq, "row term D left out")
+
+
+# ------------------------------------------------------------- ch11_ex5
+
+def test_ch11_ex5_partials_from_torch_earn_nothing():
+    def split_kv_decode(q, k, v, num_splits, block_n):
+        heads, n, d = k.shape
+        c = -(-n // num_splits)
+        po, pl = torch.zeros(heads, num_splits, d), torch.full((heads, num_splits), -math.inf)
+        for s in range(num_splits):
+            if s * c < n:
+                sc = torch.einsum("hd,hnd->hn", q, k[:, s * c:(s + 1) * c]) / math.sqrt(d)
+                po[:, s] = torch.softmax(sc, -1)[:, None, :].matmul(v[:, s * c:(s + 1) * c]).squeeze(1)
+                pl[:, s] = torch.logsumexp(sc, -1)
+        w = torch.softmax(pl, -1)
+        return (w[..., None] * po).sum(1), po, pl
+    results = run_checks("ch11_ex5", split_kv_decode)
+    assert not any(r.passed for r in results)
+    assert all("no Triton kernel" in r.reason for r in results), [r.line() for r in results]
