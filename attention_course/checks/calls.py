@@ -119,21 +119,27 @@ class _KernelMemory:
     the call runs, the interpreter's masked load and store (every ``tl.load``/``tl.store``, with or
     without a mask, and the tensor descriptors' loads, go through them) are wrapped so that
 
-    * a lane outside the memory of every tensor handed to the kernel is never touched: a load there
-      gives NaN (a float) and a store there is dropped, and both are counted, so a missing boundary
-      mask has one outcome on every machine and never corrupts memory;
+    * the kernel runs on copies of its tensors, each in the middle of a buffer with a guard zone on
+      either side (copied back after the launch), and a lane outside every copy is never touched: a
+      load there gives NaN (a float) and a store there is dropped, and both are counted, so a missing
+      boundary mask has one outcome on every machine, whatever lies next to a tensor in memory, and
+      never corrupts memory;
     * the largest single load (in lanes, masked or not) is kept: a kernel that loads all the keys
       at once, instead of a block of them, shows it;
     * the elements each program reads from each tensor argument of the call are kept (their offsets
       from the tensor's first element), so a check can tell which blocks a program visited.
 
-    numpy's floating-point warnings (raised in the interpreter) are silenced while the kernels run. The outcome is plain data:
+    numpy's floating-point warnings (raised in the interpreter) are silenced while the kernels run.
+    The outcome is plain data:
     ``{"launches", "largest_load", "out_of_bounds_loads", "out_of_bounds_stores",
     "reads": {"<launch>,<x>,<y>,<z>": {"<argument position>": offsets}}}``."""
 
     def __init__(self, tensors: dict):
-        self.tracked = {pos: (t.data_ptr(), t.element_size(), t.untyped_storage().data_ptr()
-                              + t.untyped_storage().nbytes()) for pos, t in tensors.items()}
+        # argument position -> (its storage, its first element's offset in it in bytes, entry size)
+        self.tracked = {pos: (t.untyped_storage().data_ptr(), t.storage_offset() * t.element_size(),
+                              t.element_size()) for pos, t in tensors.items()}
+        self.copies: dict = {}
+        self.live: dict = {}
         self.launches, self.largest = 0, 0
         self.bad_loads = self.bad_stores = 0
         self.ranges: list = []
@@ -151,7 +157,8 @@ class _KernelMemory:
             return self
         import numpy as np
         builder, executor, recorder = interp.InterpreterBuilder, interp.GridExecutor, self
-        load, store, init = builder.create_masked_load, builder.create_masked_store, executor._init_args_hst
+        load, store = builder.create_masked_load, builder.create_masked_store
+        init, restore = executor._init_args_hst, executor._restore_args_dev
 
         def inside(ptrs):
             ok = np.zeros(ptrs.shape, dtype=bool)
@@ -172,7 +179,7 @@ class _KernelMemory:
             if bad.any() and np.issubdtype(out.data.dtype, np.floating):
                 out.data[np.broadcast_to(bad, out.data.shape)] = np.nan
             key = ",".join(str(i) for i in (recorder.launches, *(self.grid_idx or (0, 0, 0))))
-            for pos, (lo, size, hi) in recorder.tracked.items():
+            for pos, (lo, size, hi) in recorder.live.items():
                 hit = on & ok & (data >= lo) & (data < hi)
                 if hit.any():
                     recorder.reads.setdefault(key, {}).setdefault(str(pos), []).append(
@@ -191,19 +198,54 @@ class _KernelMemory:
         def init_args(self, args, kwargs):
             args_hst, kwargs_hst = init(self, args, kwargs)
             recorder.launches += 1
-            recorder.ranges = []
-            for arg in list(args_hst) + list(kwargs_hst.values()):
-                for t in (arg if isinstance(arg, tuple) else (arg,)):
-                    t = getattr(t, "base", t) if not isinstance(t, torch.Tensor) else t
+            flat = [t for arg in list(args_hst) + list(kwargs_hst.values())
+                    for t in (arg if isinstance(arg, tuple) else (arg,))]
+            tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+            plain = all(t.device.type == "cpu" for t in tensors) and not any(hasattr(t, "base") and not
+                                                                             isinstance(t, torch.Tensor) for t in flat)
+            recorder.copies, recorder.ranges, recorder.live = {}, [], {}
+            if not plain:    # a tensor descriptor, or another device: the tensors' own ranges, unguarded
+                for t in flat:
+                    t = t if isinstance(t, torch.Tensor) else getattr(t, "base", None)
                     if isinstance(t, torch.Tensor):
                         lo = t.untyped_storage().data_ptr()
                         recorder.ranges.append((lo, lo + t.untyped_storage().nbytes()))
-            return args_hst, kwargs_hst
+                return args_hst, kwargs_hst
+            # Each storage the kernel receives is copied into the middle of a buffer with a guard zone on
+            # either side, so a block that runs past one tensor never lands in the next one's memory.
+            for t in tensors:
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in recorder.copies:
+                    guard = max(1 << 16, -(-storage.nbytes() // 128) * 128)
+                    buffer = torch.zeros(2 * guard + storage.nbytes(), dtype=torch.uint8)
+                    buffer[guard:guard + storage.nbytes()] = torch.empty(0, dtype=torch.uint8).set_(storage)
+                    recorder.copies[storage.data_ptr()] = (storage, buffer, guard)
+                    lo = buffer.data_ptr() + guard
+                    recorder.ranges.append((lo, lo + storage.nbytes()))
+                    for pos, (start, offset, size) in recorder.tracked.items():
+                        if start == storage.data_ptr():
+                            recorder.live[pos] = (lo + offset, size, lo + storage.nbytes())
+
+            def moved(t):
+                if isinstance(t, tuple):
+                    return tuple(moved(x) for x in t)
+                if not isinstance(t, torch.Tensor):
+                    return t
+                _, buffer, guard = recorder.copies[t.untyped_storage().data_ptr()]
+                return torch.empty(0, dtype=t.dtype).set_(buffer.untyped_storage(), (guard + t.storage_offset() *
+                                                          t.element_size()) // t.element_size(), t.size(), t.stride())
+            return [moved(a) for a in args_hst], {k: moved(v) for k, v in kwargs_hst.items()}
+
+        def restore_args(self, args_dev, args_hst, kwargs, kwargs_hst):
+            if not recorder.copies:
+                return restore(self, args_dev, args_hst, kwargs, kwargs_hst)
+            for storage, buffer, guard in recorder.copies.values():   # the kernel's writes, back in place
+                torch.empty(0, dtype=torch.uint8).set_(storage).copy_(buffer[guard:guard + storage.nbytes()])
 
         builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
-        executor._init_args_hst = init_args
+        executor._init_args_hst, executor._restore_args_dev = init_args, restore_args
         self.undo = [(builder, "create_masked_load", load), (builder, "create_masked_store", store),
-                     (executor, "_init_args_hst", init)]
+                     (executor, "_init_args_hst", init), (executor, "_restore_args_dev", restore)]
         # The interpreter computes every lane, masked ones too (0/0 where a mask later picks 0): numpy's
         # warnings about them say nothing of the kernel a GPU would run.
         import warnings

@@ -2,6 +2,9 @@
 
 ch11_ex1  masked_row_softmax(x, valid_lens, block)                       -> weights
 ch11_ex2  causal_attention_last(q, k, v, block_m, block_n)               -> (out, lse)
+ch11_ex3  window_attention(q, k, v, window, block_m, block_n)            -> out
+ch11_ex4  causal_backward_dq(q, k, v, out, lse, grad_out, block_m, block_n) -> dq
+ch11_ex5  split_kv_decode(q, k, v, num_splits, block_n)                  -> (out, partial_out, partial_lse)
 
 Conventions (the chapter's, stated again in each contract): every exercise asks for a ``@triton.jit``
 kernel and a plain Python function (the graded name) that allocates the outputs and launches it;
@@ -18,6 +21,11 @@ tensors a kernel was given reads NaN or is dropped and fails the check (a missin
 the largest single load is bounded by a block (a kernel that loads all the keys at once, and so
 holds a whole row block of the score matrix, fails); and which rows of the keys and values each
 program read is compared with the reference's (blocks a kernel must skip).
+
+Exercises 3 and 5 are transfer exercises: a sliding window that also skips the blocks before it (the
+chapter skips only the future), and decoding with the keys split across programs, partial log-sum-exps
+and a merge. Exercises 1, 2 and 4 carry the chapter's row reduction, causal forward and dQ kernel to
+valid lengths and to queries that come last.
 
 One module per exercise, its parts in one order: the contract, the reference, the inputs of the
 checks, the kept mistakes (each with its hint), the kept alternatives, the registration.

@@ -27,7 +27,7 @@ import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
-from ._common import blocks, jit, kernel_compare
+from ._common import blocks, jit, kernel_compare, qkv_rows
 
 tl = None  # triton.language, set when a kernel is first launched (_common.jit)
 
@@ -109,12 +109,7 @@ def _budget(call):
     return max(block_m, block_n) * q.shape[-1]
 
 
-def _row_size(call):
-    d = call.args[0].shape[-1]
-    return {0: d, 1: d, 2: d}
-
-
-_COMPARE = kernel_compare(_budget, _row_size)
+_COMPARE = kernel_compare(_budget, qkv_rows)
 
 
 def _calls(g, sizes, spread=1.0):
