@@ -201,3 +201,42 @@ def test_bad_inputs_get_clear_errors():
         kernels.row_logsumexp(torch.randn(3))
     with pytest.raises(ValueError, match="factors"):
         kernels.scale_rows(torch.randn(3, 4), torch.randn(4))
+
+
+COMPILE_FOR_A_GPU = r'''
+import os
+os.environ["TRITON_INTERPRET"] = "0"
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from attention_course import kernels as K
+
+attention = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16"}
+common = {"n_q": "i32", "n_k": "i32", "head_dim": "i32", "scale": "fp32"}
+blocks = {"BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr", "CAUSAL": "constexpr"}
+forward = {**attention, "o_ptr": "*fp16", "lse_ptr": "*fp32", "visits_ptr": "*i32", **common,
+           **{f"stride_{t}{a}": "i32" for t in "qkvo" for a in "bn"}, "n_key_blocks": "i32", **blocks,
+           "RECORD": "constexpr"}
+backward = {**attention, "do_ptr": "*fp16", "lse_ptr": "*fp32", "delta_ptr": "*fp32"}
+cases = [(K._flash_forward_kernel, forward, {"RECORD": True}),
+         (K._dkdv_kernel, {**backward, "dk_ptr": "*fp16", "dv_ptr": "*fp16", **common, **blocks}, {}),
+         (K._dq_kernel, {**backward, "dq_ptr": "*fp16", **common, **blocks}, {})]
+for fn, signature, extra in cases:
+    for causal in (False, True):
+        constexprs = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_D": 64, "CAUSAL": causal, **extra}
+        compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+                                  target=GPUTarget("cuda", 90, 32))
+        assert compiled.asm["cubin"], fn
+        print(fn.__name__, causal, "compiled")
+'''
+
+
+def test_the_attention_kernels_compile_for_a_gpu_even_without_one():
+    """The interpreter forgives what the compiler refuses (types carried through loops, constexpr
+    branches): the forward and backward kernels are compiled here for an H100 (sm_90), down to its
+    machine code, in float16, causal and not. Nothing runs: compiling needs no GPU."""
+    env = {**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_A_GPU], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("compiled") == 6, done.stdout
