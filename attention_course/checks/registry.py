@@ -40,7 +40,10 @@ class Call:
     (name -> shape of every parameter) and ``"buffer_names"``; ``"module_args_training"``
     reports the mode (``training``) each layer argument is left in after the call;
     ``"largest_tensor"`` reports the largest tensor the call created, in entries of the memory
-    under it (``calls._LargestTensor``), for checks that an answer works tile by tile.
+    under it (``calls._LargestTensor``), for checks that an answer works tile by tile;
+    ``"kernel_memory"`` records what the Triton kernels run in the interpreter during the call loaded
+    and stored (``calls._KernelMemory``: loads and stores past a tensor, the largest load, the rows
+    each program read), for chapter 11's kernel checks.
     An argument that is one of the course's layers is given as plain data, a dict
     ``{calls.MODULE_KEY: "multihead.MultiHeadAttention", "init_args": ..., "init_kwargs":
     ..., "state_dict": ..., "train": ...}``; each call builds its own layer from it.
