@@ -19,7 +19,8 @@ float16 and, with ``--float32``, float32), causal and not:
 * ``train_ms`` / ``sdpa_train_ms``: forward plus backward through ``kernels.flash_attention`` and
   through SDPA, for the gradient of ``(out * grad).sum()``;
 * ``max_abs_diff`` / ``max_grad_diff``: the largest difference of the outputs and of dQ, dK, dV from SDPA's,
-  so that a time is never reported for a wrong answer.
+  and a difference beyond :func:`_tolerances` stops the run before anything is written, so that a
+  time is never reported for a wrong answer.
 
 The CSV starts with a ``# measured by`` line naming the GPU, torch and triton. The chapter quotes GPU
 numbers only from that file (``tests/test_kernels_bench.py``).
@@ -42,6 +43,13 @@ BLOCK_M, BLOCK_N = 64, 64
 CSV = ROOT / "bench" / "kernels_gpu.csv"
 
 
+def _tolerances():
+    import torch
+
+    # largest difference from SDPA allowed before anything is timed (gradients: 8 times as much)
+    return {torch.float16: 1e-2, torch.float32: 1e-4}
+
+
 def _time(fn):
     import triton.testing
 
@@ -56,6 +64,7 @@ def measure(lengths, dtypes):
 
     rows = []
     gpu = torch.cuda.get_device_name()
+    tolerances = _tolerances()
     for dtype in dtypes:
         for causal in (False, True):
             for n in lengths:
@@ -72,6 +81,11 @@ def measure(lengths, dtypes):
                 theirs = torch.autograd.grad((F.scaled_dot_product_attention(*leaves, is_causal=causal) * grad).sum(),
                                              leaves)
                 grad_diff = max((a.float() - b.float()).abs().max().item() for a, b in zip(ours, theirs))
+                tolerance = tolerances[dtype]
+                if not (diff <= tolerance and grad_diff <= 8 * tolerance):
+                    raise SystemExit(f"{dtype}, causal={causal}, {n} tokens: the kernels differ from SDPA by {diff:.3g} "
+                                     f"(outputs) and {grad_diff:.3g} (gradients), beyond {tolerance:g} and "
+                                     f"{8 * tolerance:g}: nothing is timed or written")
 
                 def train(fn):
                     return lambda: torch.autograd.grad((fn() * grad).sum(), leaves)
