@@ -87,6 +87,25 @@ def test_ch11_ex1_torch_in_the_launcher_earns_nothing():
     assert len(failed) == 3 and all("no Triton kernel" in r.reason for r in failed), [r.line() for r in failed]
 
 
+def test_ch11_ex1_torch_weights_copied_by_a_kernel_earn_nothing():
+    @triton.jit
+    def copy_rows(SRC, DST, n, B: tl.constexpr):
+        r = tl.program_id(0)
+        for j in range(0, n, B):
+            c = j + tl.arange(0, B)
+            tl.store(DST + r * n + c, tl.load(SRC + r * n + c, mask=c < n), mask=c < n)
+
+    def masked_row_softmax(x, valid_lens, block):
+        keep = torch.arange(x.shape[1])[None, :] < valid_lens[:, None]
+        w = torch.where(keep, torch.softmax(x.masked_fill(~keep, -math.inf), -1), 0.0)
+        out = torch.empty_like(x)
+        copy_rows[(x.shape[0],)](w, out, x.shape[1], B=block)
+        return out
+    failed = failed_checks("ch11_ex1", masked_row_softmax)
+    assert len(failed) == 3 and all("no program read exactly rows" in r.reason for r in failed), \
+        [r.line() for r in failed]
+
+
 # ------------------------------------------------------------- ch11_ex2
 
 @triton.jit

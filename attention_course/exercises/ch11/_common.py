@@ -89,7 +89,7 @@ def _ranges(rows) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in spans) or "none"
 
 
-def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), rtol=1e-4, atol=1e-5):
+def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), rtol=1e-4, atol=1e-4):
     """The compare of a kernel check. Per call, in this order:
 
     1. an expected outcome that raised fails the check (no kernel check expects an error: its kernels
@@ -101,7 +101,9 @@ def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), r
     4. the largest single load against ``budget(call)`` lanes: over it where the expected outcome is
        not fails; where the expected outcome is over it too (a kept mistake), that is a match;
     5. with ``row_size(call)`` (argument position -> entries in one row), the rows of each argument
-       that each program read, the program known by the rows of the queries it read."""
+       that each program read, the program known by the rows of argument 0 it read: each block of them
+       must be read by a program, and each such program must read the reference's rows of the others
+       (a program that reads no row of argument 0, a merge for instance, is not compared)."""
     from ...checks.checking import compare_outcome
     values = Check("values", lambda seed: [], hint="", rtol=rtol, atol=atol)
 
@@ -145,18 +147,17 @@ def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), r
                 continue
             sizes = row_size(call)
             m_rows, t_rows = rows_read(mine, sizes), rows_read(theirs, sizes)
-            for q_rows in sorted(t_rows, key=lambda r: (len(r) == 0, r)):
+            for q_rows in sorted(r for r in t_rows if r):    # programs that read no row of argument 0: free
+                if q_rows not in m_rows:
+                    return (where + f"no program read exactly rows {_ranges(q_rows)} of {names[0]} (rows counted over "
+                            "the flattened (heads x tokens) axis): one program per block of them is expected, "
+                            "reading them where they are")
                 for pos in sorted(t_rows[q_rows]):
                     expected = t_rows[q_rows][pos]
-                    found = m_rows.get(q_rows, {}).get(pos, set())
+                    found = m_rows[q_rows].get(pos, set())
                     if found != expected:
-                        who = (f"the program that read rows {_ranges(q_rows)} of {names[0]}" if q_rows
-                               else "a program that read no row of " + names[0])
-                        return (where + f"{who} read rows {_ranges(found)} of {names[pos]}; expected rows "
-                                f"{_ranges(expected)} (rows counted over the flattened (heads x tokens) axis)")
-            extra = set(m_rows) - set(t_rows)
-            if extra:
-                return where + (f"a program read rows {_ranges(sorted(extra)[0])} of {names[0]}, a block no "
-                                "program reads here")
+                        return (where + f"the program that read rows {_ranges(q_rows)} of {names[0]} read rows "
+                                f"{_ranges(found)} of {names[pos]}; expected rows {_ranges(expected)} (rows "
+                                "counted over the flattened (heads x tokens) axis)")
         return None
     return compare

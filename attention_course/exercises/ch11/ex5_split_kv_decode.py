@@ -14,7 +14,8 @@ log-sum-exp. Then merge the partials of each head into the attention over all it
 kernel or in PyTorch). Return the tuple `(out, partial_out, partial_lse)`, float32: `out` of shape
 `(heads, d)`, `partial_out` of shape `(heads, num_splits, d)` and `partial_lse` of shape
 `(heads, num_splits)`; an empty chunk has partial output zeros and log-sum-exp `-inf`. Results must be
-within 1e-4, also for scores far above 88 (where `exp` overflows in float32). The check runs your
+within 1e-4, also for scores far above 88 (where `exp` overflows in float32). Pass `q`, `k` and `v` to
+the kernel as they are. The check runs your
 function on the CPU, the kernel in Triton's interpreter, and records any load or store outside the
 tensors the kernel was given (such a load reads NaN, such a store is dropped, and either fails the check).
 """
@@ -26,7 +27,7 @@ import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
-from ._common import jit, kernel_compare
+from ._common import jit, kernel_compare, qkv_rows
 
 tl = None  # triton.language, set when a kernel is first launched (_common.jit)
 
@@ -107,7 +108,7 @@ def _budget(call):
     return call.args[4] * call.args[0].shape[-1]
 
 
-_COMPARE = kernel_compare(_budget)
+_COMPARE = kernel_compare(_budget, qkv_rows, names=("q", "k", "v"))
 
 
 def _calls(g, sizes, spread=2.0):
