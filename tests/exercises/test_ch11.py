@@ -290,3 +290,79 @@ def test_ch11_ex5_partials_from_torch_earn_nothing():
     results = run_checks("ch11_ex5", split_kv_decode)
     assert not any(r.passed for r in results)
     assert all("no Triton kernel" in r.reason for r in results), [r.line() for r in results]
+
+
+# ------------------------------------------------------------- every exercise: the kernels compile
+
+COMPILE_FOR_A_GPU = r'''
+import importlib, inspect, os, sys
+os.environ["TRITON_INTERPRET"] = "0"
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+module = importlib.import_module("attention_course.exercises.ch11." + sys.argv[1])
+notebook = sys.argv[2]
+INTS = {"S"}                                  # an int named in capitals
+LENGTHS = {"lens_ptr", "LENS"}                # int64 valid lengths
+SIZES = {"BLOCK": 16, "BM": 16, "BN": 16, "D": 16, "HEAD": 16, "BLOCK_Q": 16, "BLOCK_K": 16, "HD": 16, "BQ": 16,
+         "BK": 16, "BS": 8, "BLOCK_M": 16, "BLOCK_N": 16, "NATURAL": True}
+
+
+def kind(fn, name, annotation):
+    if "constexpr" in str(annotation):
+        return "constexpr"
+    if name in LENGTHS or (name == "L" and "valid" in fn.__code__.co_varnames):
+        return "*i64"
+    if name not in INTS and (name.endswith("_ptr") or name.isupper() or name in ("Qf", "Kf", "Vf", "Of", "Lf", "Dl")):
+        return "*fp32"
+    return "fp32" if name.endswith("scale") else "i32"
+
+
+def compile_for_an_h100(jitted):
+    fn = jitted.fn
+    params = inspect.signature(fn).parameters
+    signature = {n: kind(fn, n, p.annotation) for n, p in params.items()}
+    constexprs = {n: SIZES.get(n, p.default) for n, p in params.items() if signature[n] == "constexpr"}
+    done = triton.compile(ASTSource(fn=jitted, signature=signature, constexprs=constexprs),
+                          target=GPUTarget("cuda", 90, 32))
+    assert done.asm["cubin"]
+    print("compiled", fn.__name__)
+
+
+for name, obj in vars(module).items():
+    if inspect.isfunction(obj) and obj.__module__ == module.__name__ and any(
+            "constexpr" in str(p.annotation) for p in inspect.signature(obj).parameters.values()):
+        obj.__globals__["tl"] = tl
+        compile_for_an_h100(triton.jit(obj))
+import json, linecache, torch, math
+cells = [c for c in json.load(open(notebook))["cells"] if c["cell_type"] == "code"]
+label = module.__doc__.split(":")[0]
+index = next(i for i, c in enumerate(cells) if "check(" in "".join(c["source"]) and label in "".join(c["source"]))
+code = "".join(cells[index - 1]["source"])
+linecache.cache["<cell>"] = (len(code), None, code.splitlines(True), "<cell>")
+space = {"triton": triton, "tl": tl, "torch": torch, "math": math}
+exec(compile(code, "<cell>", "exec"), space)
+for obj in list(space.values()):
+    if isinstance(obj, triton.runtime.jit.JITFunction):
+        compile_for_an_h100(obj)
+'''
+
+
+@pytest.mark.parametrize("label", [e.label for e in all_exercises(11)])
+def test_ch11_kernels_compile_for_a_gpu_even_without_one(label):
+    """The interpreter forgives what the compiler refuses: every kernel of the exercise (reference, kept
+    mistakes' and alternatives' kernels, and the solution notebook's) is compiled for an H100 (sm_90) down
+    to machine code, in float32. Nothing runs: compiling needs no GPU."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    module = next(p.stem for p in (Path(__file__).parents[2] / "attention_course/exercises/ch11").glob(
+        f"ex{label.split('_ex')[1]}_*.py"))
+    notebook = str(Path(__file__).parents[2] / "solutions/11_triton_kernel.ipynb")
+    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_A_GPU, module, notebook], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("compiled") >= 4, done.stdout
