@@ -164,8 +164,8 @@ mistakes.add("empty chunk gives NaN",
 
 
 mistakes.add("partials averaged",
-             "the partials are not equal shares: merging weighs each chunk by exp(lse_s - max lse), its share of "
-             "the whole sum, not 1 each.",
+             "you averaged the partial outputs; the chunks are not equal shares: each one's weight is its share "
+             "of the whole softmax sum, which its log-sum-exp tells.",
              lambda *a: _launch(*a, weighted=False))
 
 
