@@ -333,6 +333,42 @@ def _alt_flat_rows(q, k, v, block_m, block_n):
     return out, lse.view(heads, n_q)
 
 
+def _descriptors(Q, K, V, O, L, heads, n_q, n_k, scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    # Tensor descriptors (Triton 3.9's successor of block pointers): the bounds live in the descriptor.
+    m_blk, h = tl.program_id(0), tl.program_id(1)
+    q_desc = tl.make_tensor_descriptor(Q, shape=[heads, n_q, D], strides=[n_q * D, D, 1], block_shape=[1, BM, D])
+    k_desc = tl.make_tensor_descriptor(K, shape=[heads, n_k, D], strides=[n_k * D, D, 1], block_shape=[1, BN, D])
+    v_desc = tl.make_tensor_descriptor(V, shape=[heads, n_k, D], strides=[n_k * D, D, 1], block_shape=[1, BN, D])
+    q = q_desc.load([h, m_blk * BM, 0]).reshape(BM, D)
+    rows = m_blk * BM + tl.arange(0, BM)
+    m_run = tl.full([BM], float("-inf"), tl.float32)
+    l_run = tl.zeros([BM], tl.float32)
+    o_run = tl.zeros([BM, D], tl.float32)
+    for n0 in range(0, tl.minimum(n_k, n_k - n_q + (m_blk + 1) * BM), BN):
+        kb = k_desc.load([h, n0, 0]).reshape(BN, D)
+        vb = v_desc.load([h, n0, 0]).reshape(BN, D)
+        cols = n0 + tl.arange(0, BN)
+        s = tl.where(cols[None, :] <= n_k - n_q + rows[:, None], tl.dot(q, tl.trans(kb)) * scale, float("-inf"))
+        m_next = tl.maximum(m_run, tl.max(s, 1))
+        p = tl.exp(s - m_next[:, None])
+        l_run = l_run * tl.exp(m_run - m_next) + tl.sum(p, 1)
+        o_run = o_run * tl.exp(m_run - m_next)[:, None] + tl.dot(p, vb)
+        m_run = m_next
+    d_idx = tl.arange(0, D)
+    tl.store(O + h * n_q * D + rows[:, None] * D + d_idx[None, :], o_run / l_run[:, None], mask=rows[:, None] < n_q)
+    tl.store(L + h * n_q + rows, m_run + tl.log(l_run), mask=rows < n_q)
+
+
+@alternatives.keep("tensor descriptors", "q, k and v read through tl.make_tensor_descriptor (bounds in the "
+                   "descriptor, no masks), outputs stored through pointers")
+def _alt_descriptors(q, k, v, block_m, block_n):
+    heads, n_q, d = q.shape
+    out, lse = torch.empty_like(q), torch.empty(heads, n_q)
+    jit(_descriptors)[(blocks(n_q, block_m), heads)](q, k, v, out, lse, heads, n_q, k.shape[1], 1 / math.sqrt(d),
+                                                     D=d, BM=block_m, BN=block_n)
+    return out, lse
+
+
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
