@@ -210,6 +210,9 @@ class _KernelMemory:
                     if isinstance(t, torch.Tensor):
                         lo = t.untyped_storage().data_ptr()
                         recorder.ranges.append((lo, lo + t.untyped_storage().nbytes()))
+                        for pos, (start, offset, size) in recorder.tracked.items():
+                            if start == lo:
+                                recorder.live[pos] = (lo + offset, size, lo + t.untyped_storage().nbytes())
                 return args_hst, kwargs_hst
             # Each storage the kernel receives is copied into the middle of a buffer with a guard zone on
             # either side, so a block that runs past one tensor never lands in the next one's memory.

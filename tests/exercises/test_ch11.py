@@ -175,6 +175,43 @@ def test_ch11_ex2_the_scale_applied_twice_is_named():
     assert_mistake("ch11_ex2", _student_forward(scale_q=True), "scale applied twice")
 
 
+@triton.jit
+def _forward_by_descriptors(qd, kd, vd, O, L, n_q, n_k, scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    mb, h = tl.program_id(0), tl.program_id(1)
+    q = qd.load([h, mb * BM, 0]).reshape(BM, D)
+    rows = mb * BM + tl.arange(0, BM)
+    m = tl.full([BM], float("-inf"), tl.float32)
+    den = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, D], tl.float32)
+    for n0 in range(0, tl.minimum(n_k, n_k - n_q + (mb + 1) * BM), BN):
+        kb = kd.load([h, n0, 0]).reshape(BN, D)
+        vb = vd.load([h, n0, 0]).reshape(BN, D)
+        cols = n0 + tl.arange(0, BN)
+        s = tl.where(cols[None, :] <= n_k - n_q + rows[:, None], tl.dot(q, tl.trans(kb)) * scale, float("-inf"))
+        top = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp(s - top[:, None])
+        den = den * tl.exp(m - top) + tl.sum(p, 1)
+        acc = acc * tl.exp(m - top)[:, None] + tl.dot(p, vb)
+        m = top
+    e = tl.arange(0, D)
+    tl.store(O + h * n_q * D + rows[:, None] * D + e[None, :], acc / den[:, None], mask=rows[:, None] < n_q)
+    tl.store(L + h * n_q + rows, m + tl.log(den), mask=rows < n_q)
+
+
+def test_ch11_ex2_host_side_tensor_descriptors_pass():
+    # The kernel receives TensorDescriptor objects, not tensors: the record still knows what it read.
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def causal_attention_last(q, k, v, block_m, block_n):
+        heads, n_q, d = q.shape
+        out, lse = torch.empty_like(q), torch.empty(heads, n_q)
+        descs = [TensorDescriptor.from_tensor(t, [1, b, d]) for t, b in ((q, block_m), (k, block_n), (v, block_n))]
+        _forward_by_descriptors[(triton.cdiv(n_q, block_m), heads)](*descs, out, lse, n_q, k.shape[1],
+                                                                    1 / math.sqrt(d), D=d, BM=block_m, BN=block_n)
+        return out, lse
+    passes_everywhere("ch11_ex2", causal_attention_last)
+
+
 def test_ch11_ex2_sdpa_in_the_launcher_beside_a_kernel_that_reads_nothing_fails():
     @triton.jit
     def touch(X, n, B: tl.constexpr):
