@@ -110,6 +110,31 @@ def _student_mha(where):
 _PLACEMENT_CHECK = "training mode, dropout=0.3, every value vector equal: where the dropout acts (40 draws)"
 
 
+def _asserting_mha():
+    """A correct layer, except that it checks d_out % num_heads with an assert (gone under python -O)."""
+    base = _student_mha("weights")
+
+    class MultiHeadAttention(base):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+            super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+    return MultiHeadAttention
+
+
+def test_ch06_ex2_an_assert_for_validation_fails_a_public_check_that_says_why():
+    failures = failed_checks("ch06_ex2", _asserting_mha())
+    assert len(failures) == 1, [r.line() for r in failures]
+    line = failures[0].line()
+    assert "AssertionError" in line and "expected ValueError" in line, line
+    assert "python -O" in failures[0].hint and "assert" in failures[0].hint, line
+    assert "d_out=10" in failures[0].check
+
+
+def test_ch06_ex2_the_assert_answer_is_refused_at_grading_too():
+    for seed in SEEDS:
+        assert failed_checks("ch06_ex2", _asserting_mha(), seed, first_failure=True), seed
+
+
 def test_ch06_ex3_student_dropout_on_the_weights_passes():
     passes_everywhere("ch06_ex2", _student_mha("weights"))
 
@@ -369,72 +394,154 @@ def test_ch06_dtype_is_in_the_contracts_and_the_check_hints(label):
 # ------------------------------------------------------------------ ch06_ex5: Python ints; graded cases
 
 def _student_cost(convert=int):
-    def attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-        head_dim = d_out // num_heads
-        linears = [(d_in, d_out, qkv_bias)] * 3 + [(d_out, d_out, True)]
-        parameters = sum(n_in * n_out + (n_out if bias else 0) for n_in, n_out, bias in linears)
-        weights = batch * num_heads * num_tokens * num_tokens
-        products = sum(batch * num_tokens * n_in * n_out for n_in, n_out, _ in linears) \
-            + num_heads * 2 * batch * num_tokens * num_tokens * head_dim
+    """A correct answer written as a student would: the four linear layers listed, then the heads."""
+    def attention_layer_cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+        inner = num_heads * head_dim
+        linears = [(d_in, inner, qkv_bias, num_queries), (d_memory, inner, qkv_bias, num_keys),
+                   (d_memory, inner, qkv_bias, num_keys), (inner, d_in, True, num_queries)]
+        parameters = sum(n_in * n_out + (n_out if bias else 0) for n_in, n_out, bias, _ in linears)
+        weights = batch * num_heads * num_queries * num_keys
+        products = sum(batch * rows * n_in * n_out for n_in, n_out, _, rows in linears) \
+            + num_heads * 2 * batch * num_queries * num_keys * head_dim
         return {"parameters": convert(parameters), "weights_elements": convert(weights),
                 "multiply_adds": convert(products)}
     return attention_layer_cost
 
 
-def test_ch06_ex6_python_and_numpy_ints_pass():
+class _BuiltCross(nn.Module):
+    """The contract's layer, built as its words say (for counting in the world, not from a formula)."""
+
+    def __init__(self, d_in, d_memory, num_heads, head_dim, qkv_bias):
+        super().__init__()
+        self.h = num_heads
+        self.W_query = nn.Linear(d_in, num_heads * head_dim, bias=qkv_bias)
+        self.W_key = nn.Linear(d_memory, num_heads * head_dim, bias=qkv_bias)
+        self.W_value = nn.Linear(d_memory, num_heads * head_dim, bias=qkv_bias)
+        self.out_proj = nn.Linear(num_heads * head_dim, d_in)
+
+    def forward(self, x, memory):
+        b, n, _ = x.shape
+        q = self.W_query(x).view(b, n, self.h, -1).transpose(1, 2)
+        k = self.W_key(memory).view(b, memory.shape[1], self.h, -1).transpose(1, 2)
+        v = self.W_value(memory).view(b, memory.shape[1], self.h, -1).transpose(1, 2)
+        a = torch.softmax(torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1]), dim=-1)
+        return self.out_proj(torch.einsum("bhqk,bhkd->bqhd", a, v).reshape(b, n, -1)), a
+
+
+@pytest.mark.parametrize("sizes", [(2, 6, 10, 12, 8, 3, 5, True), (1, 4, 3, 6, 10, 2, 4, False),
+                                   (3, 1, 9, 4, 6, 1, 7, True), (2, 5, 5, 8, 8, 4, 2, False),
+                                   (1, 7, 2, 5, 3, 2, 3, True)], ids=lambda s: "ch06_ex5-" + "-".join(map(str, s)))
+def test_ch06_ex5_reference_counts_what_a_built_layer_has_and_torchs_flop_counter_counts(sizes):
+    """The answer from the world: the layer built from the contract's words, its parameters counted by
+    numel, its weights' entries read from a forward pass, its multiply-adds half of the FLOPs that
+    torch.utils.flop_counter counts on that pass (real tensors, not the meta device)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    batch, nq, nk, d_in, d_mem, heads, head_dim, bias = sizes
+    layer = _BuiltCross(d_in, d_mem, heads, head_dim, bias)
+    with FlopCounterMode(display=False) as counter:
+        _, weights = layer(torch.randn(batch, nq, d_in), torch.randn(batch, nk, d_mem))
+    counted = {"parameters": sum(p.numel() for p in layer.parameters()), "weights_elements": weights.numel(),
+               "multiply_adds": counter.get_total_flops() // 2}
+    assert get_exercise("ch06_ex5").reference(*sizes) == counted
+
+
+def test_ch06_ex5_python_and_numpy_ints_pass():
     import numpy as np
     passes_everywhere("ch06_ex5", _student_cost())
     passes_everywhere("ch06_ex5", _student_cost(np.int64))     # recorded as an int
 
 
-def _true_division(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-    head_dim = d_out / num_heads
-    parameters = 4 * d_in * d_out if d_in == d_out else 3 * d_in * d_out + d_out * d_out
-    parameters += d_out + (3 * d_out if qkv_bias else 0)
-    scores = num_heads * batch * num_tokens * head_dim * num_tokens
-    return {"parameters": parameters, "weights_elements": batch * num_heads * num_tokens ** 2,
-            "multiply_adds": batch * num_tokens * (3 * d_in * d_out + d_out * d_out) + 2 * scores}
+def _true_division(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+    inner = num_heads * head_dim * 2 / 2                           # a float, of the right value
+    parameters = (d_in + 2 * d_memory + d_in) * num_heads * head_dim + d_in + (3 * num_heads * head_dim if qkv_bias else 0)
+    products = batch * (num_queries * d_in * inner * 2 + num_keys * d_memory * inner * 2
+                        + 2 * num_queries * num_keys * inner)
+    return {"parameters": parameters, "weights_elements": batch * num_heads * num_queries * num_keys,
+            "multiply_adds": products}
 
 
 @pytest.mark.parametrize("obj,mistake,said", [
     (_true_division, "a count computed as a float", "float"),
     (_student_cost(torch.tensor), "counts left as tensors", "tensor"),
 ], ids=["ch06_ex5-float", "ch06_ex5-tensor"])
-def test_ch06_ex6_a_float_or_a_tensor_count_fails_the_type_check_with_its_hint(obj, mistake, said):
+def test_ch06_ex5_a_float_or_a_tensor_count_fails_the_type_check_with_its_hint(obj, mistake, said):
     """Issue 40, item 3: the contract asks for Python ints; a count of the right value as a float (a true
-    division) or a 0-d tensor passed every check. The value checks still accept it (one slip, one small
-    loss); the type check refuses it, says what it got and names the mistake."""
+    division) or a 0-d tensor passes the value checks (one slip, one small loss); the type check refuses
+    it, says what it got and names the mistake."""
     failures = failed_checks("ch06_ex5", obj)
-    assert [r.check for r in failures] == ["every count is a Python int, not a float or a tensor (two small layers)"]
+    assert [r.check for r in failures] == [
+        "every count is a Python int, not a float or a tensor (the first check's layers)"]
     assert said in failures[0].reason and "Python int" in failures[0].reason, failures[0].reason
     assert failures[0].mistake == mistake and failures[0].hint == mistake_hint("ch06_ex5", mistake)
     for seed in SEEDS:
         assert [r.check for r in failed_checks("ch06_ex5", obj, hidden_seed=seed)] == [failures[0].check]
 
 
-def test_ch06_ex6_whole_floats_everywhere_get_the_checks_own_hint():
+def test_ch06_ex5_whole_floats_everywhere_get_the_checks_own_hint():
     failures = failed_checks("ch06_ex5", _student_cost(float))
     assert len(failures) == 1 and failures[0].mistake is None and "float" in failures[0].reason
     assert "Python int" in failures[0].hint
 
 
-def test_ch06_ex6_graded_cases_keep_what_the_checks_promise():
+def _counting_slip(slip):
+    """A student's count with one real slip (each different from the kept mistakes' code)."""
+    def attention_layer_cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+        inner = num_heads * head_dim
+        q_in = d_in
+        kv_in = d_in if slip == "kv from x" else d_memory
+        kv_rows = num_queries if slip == "kv over queries" else num_keys
+        keys = num_queries if slip == "square" else num_keys
+        parameters = (q_in + 2 * kv_in) * inner + inner * d_in + d_in
+        if qkv_bias:
+            parameters += 3 * inner
+        per_head = head_dim if slip != "heads twice" else inner
+        macs = batch * (num_queries * q_in * inner + 2 * kv_rows * kv_in * inner + num_queries * inner * d_in)
+        for _ in range(num_heads):
+            macs += 2 * batch * num_queries * keys * per_head
+        return {"parameters": parameters, "weights_elements": num_heads * batch * num_queries * keys,
+                "multiply_adds": macs}
+    return attention_layer_cost
+
+
+@pytest.mark.parametrize("slip,mistake", [("kv from x", "keys and values read from d_in"),
+                                          ("kv over queries", "keys and values projected over the queries"),
+                                          ("square", "square attention weights"),
+                                          ("heads twice", "heads multiplied twice")],
+                         ids=lambda v: "ch06_ex5-" + v.replace(" ", "_"))
+def test_ch06_ex5_a_counting_slip_gets_the_hint_of_its_mistake(slip, mistake):
+    failures = failed_checks("ch06_ex5", _counting_slip(slip))
+    assert failures
+    for r in failures:
+        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex5", mistake), r.line()
+    for seed in SEEDS:
+        assert failed_checks("ch06_ex5", _counting_slip(slip), seed, first_failure=True), seed
+
+
+def test_ch06_ex5_no_hint_states_a_count():
+    """The hints name the slip; none gives a product of the sizes to type in."""
+    ex = get_exercise("ch06_ex5")
+    for text in [m.hint for m in ex.mistakes] + [c.hint for c in ex.checks]:
+        assert " * " not in text, text
+
+
+def test_ch06_ex5_graded_cases_keep_what_the_checks_promise():
     """Issue 38, item 4: each public check gives the printed case at its own seed, other sizes of the
-    same kind at grading seeds; the large layer's attention weights stay no larger than the page's."""
+    same kind at grading seeds: a cross-attention case keeps num_keys != num_queries, d_memory != d_in
+    and num_heads * head_dim != d_in; the chapter's case keeps its memory equal to x."""
     from attention_course.checks.plan import hidden_seed
     checks = get_exercise("ch06_ex5").checks
-    assert checks[0].make_calls(checks[0].seed)[0].args == (1, 1024, 768, 768, 12, True)
+    assert checks[0].make_calls(checks[0].seed)[0].args == (2, 6, 10, 12, 8, 3, 5, True)
     for seed in (11, 2026, 7, 5):
-        (big,) = checks[0].make_calls(hidden_seed(seed, 0))
-        batch, tokens, d_in, d_out, heads, bias = big.args
-        assert bias and d_in == d_out >= 384 and d_out % heads == 0 and 512 <= tokens <= 1024
-        assert batch * heads * tokens ** 2 <= 1 * 12 * 1024 ** 2
-        plain, biased = checks[1].make_calls(hidden_seed(seed, 1))
-        assert not plain.args[5] and plain.args[2] == plain.args[3] and biased.args[5]
-        assert biased.args[2] != biased.args[3]
-        one, several, single = checks[2].make_calls(hidden_seed(seed, 2))
-        assert one.args[:4] == several.args[:4] and one.args[2] != one.args[3]
-        assert one.args[4] == 1 < several.args[4] and single.args[1] == 1 and single.args[5]
+        for i, c in enumerate(checks):
+            calls = c.make_calls(hidden_seed(seed, i))
+            assert [x.args for x in calls] != [x.args for x in c.make_calls(c.seed)] or not c.public
+            for call in calls:
+                b, nq, nk, d_in, d_mem, h, hd, bias = call.args
+                assert min(b, nq, nk, d_in, d_mem, h, hd) >= 1 and isinstance(bias, bool)
+                if i == 1:
+                    assert (nq, d_in, h * hd) == (nk, d_mem, d_in)
+                elif i in (0, 3, 4):
+                    assert nq != nk and d_in != d_mem and h * hd != d_in, call.args
 
 
 # ------------------------------------------------------------------ ch06_ex6: head_contributions

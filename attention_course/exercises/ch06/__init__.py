@@ -6,8 +6,9 @@ ch06_ex2  MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qk
           (assembles the chapter's printed layer: RETYPE, 2 points)
 ch06_ex3  fuse_head_weights(query_weights, key_weights, value_weights) -> in_proj_weight
 ch06_ex4  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
-ch06_ex5  attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias) -> dict of ints:
-          parameters, entries of the attention weights and multiply-adds (an accounting; TRANSFER)
+ch06_ex5  attention_layer_cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim,
+          qkv_bias) -> dict of ints: parameters, entries of the attention weights and multiply-adds of a
+          cross-attention layer whose heads are not cut from d_in (a case the page never builds; TRANSFER)
 ch06_ex6  head_contributions(layer, x) -> (batch, num_heads, num_tokens, d_out): each head's context
           through its column block of out_proj.weight, no bias, eval mode; they sum to layer(x) minus
           the bias (attribution to heads; TRANSFER, with an open question)

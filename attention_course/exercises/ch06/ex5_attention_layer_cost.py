@@ -1,24 +1,29 @@
-r"""ch06_ex5: What a multi-head layer costs.
+r"""ch06_ex5: What a cross-attention layer with free head widths costs.
 
-Account for the efficient layer of this chapter, `mh.MultiHeadAttention(d_in, d_out,
-context_length, dropout, num_heads, qkv_bias)`, on a batch of `batch` sequences of `num_tokens`
-tokens, without running it. Write `attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads,
-qkv_bias)` (Python `int`s and a `bool`; `d_out` divisible by `num_heads`) that returns a `dict` with
-exactly these keys, each value a Python `int` (a NumPy integer counts as one; a float, even a
-whole one, or a tensor does not):
+This chapter's layer cuts `d_out` into `num_heads` heads and attends from a sequence to itself. Here
+both choices are undone. The layer attends from queries `x` of shape `(batch, num_queries, d_in)`
+to a memory of shape `(batch, num_keys, d_memory)` (another sequence, of another width), and each
+of its `num_heads` heads has `head_dim` features of its own, whatever `d_in` is. It is the
+chapter's efficient layer with these changes: `W_query = nn.Linear(d_in, num_heads * head_dim,
+bias=qkv_bias)` reads `x`; `W_key` and `W_value`, each `nn.Linear(d_memory, num_heads * head_dim,
+bias=qkv_bias)`, read the memory; there is no mask and no dropout; and `out_proj =
+nn.Linear(num_heads * head_dim, d_in)` (with a bias) brings the merged heads back to the width of
+`x`. Without building or running it, write `attention_layer_cost(batch, num_queries, num_keys,
+d_in, d_memory, num_heads, head_dim, qkv_bias)` (Python `int`s, all at least 1, and a `bool`) that
+returns a `dict` with exactly these keys, each value a Python `int` (a NumPy integer counts as
+one; a float, even a whole one, or a tensor does not):
 
-- `"parameters"`: the number of parameters of the layer (the three projections `W_query`, `W_key`,
-  `W_value`, with biases only when `qkv_bias` is true, and `out_proj`, which has a bias);
-- `"weights_elements"`: the number of entries of the attention weights of one forward pass, the
-  tensor of shape `(batch, num_heads, num_tokens, num_tokens)`;
-- `"multiply_adds"`: the multiply-adds of one forward pass in its four matrix products: the three
+- `"parameters"`: the number of parameters of the layer (weights and biases);
+- `"weights_elements"`: the number of entries of the attention weights of one forward pass;
+- `"multiply_adds"`: the multiply-adds of one forward pass in its matrix products: the three
   projections, the scores of every head, the weighted sums of the values of every head, and the
   output projection. (A product of an `(m, k)` matrix by a `(k, n)` one takes `m * k * n`
-  multiply-adds; leave out the softmax, the scaling, the mask and the biases.)
+  multiply-adds; leave out the softmax, the scaling and the biases.)
 """
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
@@ -31,17 +36,19 @@ alternatives = Kept(Alternative)
 # The reference ----------------------------------------------------------------------------
 
 
-def attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-    """Parameters, entries of the weights and multiply-adds, from the shapes alone."""
-    head_dim = d_out // num_heads
-    parameters = 3 * d_in * d_out + (3 * d_out if qkv_bias else 0) + d_out * d_out + d_out
-    weights_elements = batch * num_heads * num_tokens * num_tokens
-    projections = 3 * batch * num_tokens * d_in * d_out
-    scores = batch * num_heads * num_tokens * head_dim * num_tokens
-    pooling = batch * num_heads * num_tokens * num_tokens * head_dim
-    output = batch * num_tokens * d_out * d_out
+def attention_layer_cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+    """Parameters, entries of the weights and multiply-adds of the cross-attention layer, from its sizes."""
+    inner = num_heads * head_dim
+    bias = inner if qkv_bias else 0
+    parameters = (d_in * inner + bias) + 2 * (d_memory * inner + bias) + inner * d_in + d_in
+    weights_elements = batch * num_heads * num_queries * num_keys
+    queries = batch * num_queries * d_in * inner
+    keys_values = 2 * batch * num_keys * d_memory * inner
+    scores = batch * num_heads * num_queries * head_dim * num_keys
+    pooling = batch * num_heads * num_queries * num_keys * head_dim
+    output = batch * num_queries * inner * d_in
     return {"parameters": parameters, "weights_elements": weights_elements,
-            "multiply_adds": projections + scores + pooling + output}
+            "multiply_adds": queries + keys_values + scores + pooling + output}
 
 
 # Inputs of the public and hidden checks ---------------------------------------------------
@@ -65,53 +72,48 @@ def _other_than(g, low, high, avoid):
     return value + (value >= avoid) if low <= avoid <= high else randint(g, low, high)
 
 
-def _gpt2_calls(seed):
-    """The page's benchmark layer: d_model 768, 12 heads, 1024 tokens (weights of 48 MB in float32).
-    At grading: another large layer with biases, d_in = d_out = heads * head_dim, 512 to 1024 tokens
-    and a batch of 1 or 2, whose attention weights are no larger than the page's (an answer that
-    runs the layer costs no more)."""
-    def draw(g):
-        while True:
-            heads, head_dim = (8, 12, 16)[randint(g, 0, 2)], (48, 64, 80)[randint(g, 0, 2)]
-            batch, tokens = randint(g, 1, 2), randint(g, 512, 1024)
-            if batch * heads * tokens ** 2 <= 12 * 1024 ** 2:
-                return [(batch, tokens, heads * head_dim, heads * head_dim, heads, True)]
-    return _case(seed, [(1, 1024, 768, 768, 12, True)], draw)
+def _cross_sizes(g, bias):
+    """One cross-attention layer whose sizes tell every kept mistake apart: num_keys != num_queries,
+    d_memory != d_in, and num_heads * head_dim != d_in (and not d_in // num_heads per head)."""
+    heads = randint(g, 2, 4)
+    head_dim = randint(g, 2, 6)
+    d_in = _other_than(g, 2, 16, heads * head_dim)
+    while d_in // heads == head_dim:
+        d_in = _other_than(g, 2, 16, heads * head_dim)
+    queries = randint(g, 2, 8)
+    return (randint(g, 1, 3), queries, _other_than(g, 1, 12, queries), d_in, _other_than(g, 2, 16, d_in),
+            heads, head_dim, bias)
 
 
-def _small_calls(seed):
-    """Two small layers: d_in = d_out without biases, then d_in != d_out with qkv_bias."""
+def _cross_calls(seed):
+    """A decoder's cross-attention with biases, then one without, over a memory shorter than the queries."""
+    return _case(seed, [(2, 6, 10, 12, 8, 3, 5, True), (1, 4, 3, 6, 10, 2, 4, False)],
+                 lambda g: [_cross_sizes(g, True), _cross_sizes(g, False)])
+
+
+def _self_calls(seed):
+    """The chapter's own case: the memory is x itself, head_dim = d_in // num_heads, no biases."""
     def draw(g):
-        heads = randint(g, 2, 4)
+        heads, tokens = randint(g, 1, 4), randint(g, 1, 9)
         d_model = heads * randint(g, 1, 4)
-        first = (randint(g, 1, 3), randint(g, 2, 8), d_model, d_model, heads, False)
-        heads = randint(g, 1, 3)
-        d_out = heads * randint(g, 1, 4)
-        return [first, (randint(g, 1, 3), randint(g, 2, 8), _other_than(g, 1, 8, d_out), d_out, heads, True)]
-    return _case(seed, [(2, 6, 8, 8, 4, False), (1, 3, 4, 6, 2, True)], draw)
+        return [(randint(g, 1, 3), tokens, tokens, d_model, d_model, heads, d_model // heads, False)]
+    return _case(seed, [(2, 5, 5, 8, 8, 4, 2, False)], draw)
 
 
-def _shapes_calls(seed):
-    """One layer (d_in != d_out) with 1 head and with several; then a single token, one feature per
-    head, with biases."""
+def _edge_calls(seed):
+    """One query and one head wider than d_in, with biases; then a memory of a single token."""
     def draw(g):
-        heads = randint(g, 2, 6)
-        d_out = heads * randint(g, 1, 3)
-        d_in, batch, tokens = _other_than(g, 1, 12, d_out), randint(g, 1, 4), randint(g, 2, 9)
-        single = randint(g, 2, 6)
-        return [(batch, tokens, d_in, d_out, 1, False), (batch, tokens, d_in, d_out, heads, False),
-                (1, 1, _other_than(g, 1, 6, single), single, single, True)]
-    return _case(seed, [(3, 5, 10, 12, 1, False), (3, 5, 10, 12, 6, False), (1, 1, 2, 4, 4, True)], draw)
+        d_in = randint(g, 2, 6)
+        queries = randint(g, 2, 6)
+        return [(randint(g, 1, 4), 1, randint(g, 2, 12), d_in, _other_than(g, 1, 9, d_in), 1,
+                 d_in + randint(g, 1, 6), True),
+                (randint(g, 1, 2), queries, 1, d_in, _other_than(g, 1, 9, d_in), randint(g, 2, 3), 1, False)]
+    return _case(seed, [(3, 1, 9, 4, 6, 1, 7, True), (1, 5, 1, 3, 2, 2, 1, False)], draw)
 
 
 def _hidden_calls(seed):
     g = gen(seed)
-    calls = []
-    for _ in range(3):
-        heads = randint(g, 1, 8)
-        calls.append(Call(args=(randint(g, 1, 8), randint(g, 1, 300), randint(g, 1, 64),
-                                heads * randint(g, 1, 16), heads, bool(randint(g, 0, 1)))))
-    return calls
+    return [Call(args=_cross_sizes(g, bool(randint(g, 0, 1)))) for _ in range(3)]
 
 
 _COUNT_VALUES = Check("count values", lambda seed: [], hint="", rtol=0.0, atol=0.0)  # for compare_outcome only
@@ -141,140 +143,165 @@ def _compare_count_types(got, want, calls):
     return None
 
 
-_TYPE_HINT = ("this check reads two small layers, as the second check does, and asks for their values first (the "
-              "reason above says which one differs, if any); once they are right, each of the three counts must "
-              "be a Python int, as the contract says: a float (even a whole one, such as 96.0) or a tensor is "
-              "refused.")
+_TYPE_HINT = ("this check reads the first check's two layers and asks for their values first (the reason above "
+              "says which one differs, if any); once they are right, each of the three counts must be a Python "
+              "int, as the contract says: a float (even a whole one, such as 96.0) or a tensor is refused.")
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
 
 
-def _cost_variant(out_proj=True, qkv_bias_counted=True, out_bias=True, heads_in_weights=True,
-                  score_width="d_out", projections=3, qkv_bias_always=False):
-    def cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-        head_dim = d_out // num_heads
-        width = {"head_dim": head_dim, "d_out per head": num_heads * d_out}.get(score_width, d_out)
-        with_bias = (qkv_bias or qkv_bias_always) and qkv_bias_counted
-        parameters = projections * d_in * d_out + (3 * d_out if with_bias else 0)
-        if out_proj:
-            parameters += d_out * d_out + (d_out if out_bias else 0)
-        weights_elements = batch * (num_heads if heads_in_weights else 1) * num_tokens * num_tokens
-        multiply_adds = (projections * batch * num_tokens * d_in * d_out + 2 * batch * num_tokens ** 2 * width
-                         + (batch * num_tokens * d_out * d_out if out_proj else 0))
-        return {"parameters": parameters, "weights_elements": weights_elements, "multiply_adds": multiply_adds}
+def _cost_variant(key_fan_in="d_memory", inner_from="head_dim", square=False, head_width="head_dim",
+                  out_bias=True, out_to="d_in", kv_tokens="num_keys", qkv_bias_counted=True):
+    """The count with one slip switched on."""
+    def cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+        if inner_from == "d_in":
+            head_dim = d_in // num_heads
+        inner = num_heads * head_dim
+        fan_in = d_memory if key_fan_in == "d_memory" else d_in
+        keys = num_queries if square else num_keys
+        kv_rows = batch * (num_keys if kv_tokens == "num_keys" else num_queries)
+        out_width = d_in if out_to == "d_in" else inner
+        bias = inner if qkv_bias and qkv_bias_counted else 0
+        parameters = d_in * inner + 2 * fan_in * inner + 3 * bias + inner * out_width + (out_width if out_bias else 0)
+        width = head_dim if head_width == "head_dim" else inner
+        multiply_adds = (batch * num_queries * d_in * inner + 2 * kv_rows * fan_in * inner
+                         + 2 * batch * num_heads * num_queries * keys * width + batch * num_queries * inner * out_width)
+        return {"parameters": parameters, "weights_elements": batch * num_heads * num_queries * keys,
+                "multiply_adds": multiply_adds}
     return cost
 
 
-mistakes.add("output projection left out",
-             "the layer ends with out_proj, a (d_out, d_out) matrix with a bias: it adds d_out * d_out + d_out "
-             "parameters and batch * num_tokens * d_out * d_out multiply-adds.",
-             _cost_variant(out_proj=False))
-mistakes.add("one head's scores and sums only",
-             "the scores and the weighted sums were counted for one head of width head_dim; every one of the "
-             "num_heads heads does its own, so together they take the width d_out.",
-             _cost_variant(score_width="head_dim"))
-mistakes.add("weights of one head",
-             "the attention weights have one (num_tokens, num_tokens) matrix per head and per sequence: "
-             "batch * num_heads * num_tokens * num_tokens entries.",
-             _cost_variant(heads_in_weights=False))
-mistakes.add("query, key and value biases left out",
-             "with qkv_bias the three projections have a bias each: 3 * d_out more parameters.",
-             _cost_variant(qkv_bias_counted=False))
-mistakes.add("every head's products at width d_out",
-             "each head's scores and weighted sums were counted at the width d_out; a head works on its own "
-             "head_dim = d_out / num_heads features, so the num_heads heads together take the width d_out, "
-             "not num_heads * d_out.",
-             _cost_variant(score_width="d_out per head"))
-mistakes.add("query, key and value biases always counted",
-             "the three projections have biases only when qkv_bias is True; without it they add no parameters.",
-             _cost_variant(qkv_bias_always=True))
+mistakes.add("keys and values read from d_in",
+             "W_key and W_value were counted as reading d_in features; they read the memory, whose tokens have "
+             "d_memory features.",
+             _cost_variant(key_fan_in="d_in"))
+mistakes.add("heads cut from d_in",
+             "the heads were counted as splitting d_in, as in the chapter's layer; here each head has head_dim "
+             "features of its own, whatever d_in is.",
+             _cost_variant(inner_from="d_in"))
+mistakes.add("square attention weights",
+             "the attention weights and the products of the scores and sums were counted as if the queries "
+             "attended to themselves; each query meets the num_keys tokens of the memory.",
+             _cost_variant(square=True))
+mistakes.add("keys and values projected over the queries",
+             "W_key and W_value were counted over num_queries tokens; they run over the memory's num_keys "
+             "tokens.",
+             _cost_variant(kv_tokens="num_queries"))
+mistakes.add("heads multiplied twice",
+             "each head's scores and weighted sums were counted at the width of all heads together and then "
+             "multiplied by num_heads again; a head works on its own head_dim features.",
+             _cost_variant(head_width="inner"))
+mistakes.add("out_proj kept at the heads' width",
+             "out_proj was counted as square, from the merged heads to a tensor as wide as they are; it brings "
+             "them back to d_in features.",
+             _cost_variant(out_to="inner"))
 mistakes.add("output bias left out",
-             "out_proj has a bias (d_out parameters) whether or not qkv_bias is set.",
+             "out_proj has a bias (d_in parameters) whether or not qkv_bias is set.",
              _cost_variant(out_bias=False))
+mistakes.add("query, key and value biases left out",
+             "with qkv_bias the three projections have a bias each, as wide as their outputs.",
+             _cost_variant(qkv_bias_counted=False))
 
 
 @mistakes.keep("a count computed as a float",
                "your counts have the right values, but multiply_adds is a float: a true division (/) gives a "
                "float even where it divides evenly, and everything multiplied by it is a float too. The "
                "contract asks for Python ints (// divides ints into an int).")
-def _cost_float_head_dim(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-    head_dim = d_out / num_heads
-    parameters = 3 * d_in * d_out + (3 * d_out if qkv_bias else 0) + d_out * d_out + d_out
-    per_head = 2 * batch * num_tokens * num_tokens * head_dim
-    return {"parameters": parameters, "weights_elements": batch * num_heads * num_tokens * num_tokens,
-            "multiply_adds": 3 * batch * num_tokens * d_in * d_out + num_heads * per_head
-            + batch * num_tokens * d_out * d_out}
+def _cost_float(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+    counts = attention_layer_cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias)
+    per_head = counts["multiply_adds"] / num_heads
+    return dict(counts, multiply_adds=per_head * num_heads)
 
 
 @mistakes.keep("counts left as tensors",
                "your counts have the right values, but they are 0-d tensors (torch arithmetic on the sizes "
                "returns tensors); the contract asks for Python ints: convert each count with int(...).")
-def _cost_tensors(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-    counts = attention_layer_cost(batch, num_tokens, d_in, d_out, num_heads, qkv_bias)
+def _cost_tensors(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+    counts = attention_layer_cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias)
     return {key: torch.tensor(value) for key, value in counts.items()}
+
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
-@alternatives.keep("the package's layer on the meta device",
-                   "parameters counted on mh.MultiHeadAttention built on the meta device (no memory); the rest "
-                   "from the shapes of each matrix product")
-def _cost_alt_meta(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-    from ... import multihead as mh
+class _Cross(nn.Module):
+    """The layer of the contract, for the alternatives that build it (on the meta device)."""
+
+    def __init__(self, d_in, d_memory, num_heads, head_dim, qkv_bias):
+        super().__init__()
+        self.num_heads, inner = num_heads, num_heads * head_dim
+        self.W_query = nn.Linear(d_in, inner, bias=qkv_bias)
+        self.W_key = nn.Linear(d_memory, inner, bias=qkv_bias)
+        self.W_value = nn.Linear(d_memory, inner, bias=qkv_bias)
+        self.out_proj = nn.Linear(inner, d_in)
+
+    def forward(self, x, memory):
+        def split(t):
+            return t.view(t.shape[0], t.shape[1], self.num_heads, -1).transpose(1, 2)
+        q, k, v = split(self.W_query(x)), split(self.W_key(memory)), split(self.W_value(memory))
+        weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)), weights
+
+
+@alternatives.keep("the layer built and run on the meta device",
+                   "the layer built on the meta device (no memory), parameters counted with numel, the weights' "
+                   "entries read from the forward pass, multiply-adds from torch's FLOP counter halved")
+def _cost_alt_meta(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+    from torch.utils.flop_counter import FlopCounterMode
     with torch.device("meta"):
-        layer = mh.MultiHeadAttention(d_in, d_out, max(num_tokens, 1), 0.0, num_heads=num_heads, qkv_bias=qkv_bias)
-    parameters = sum(p.numel() for p in layer.parameters())
-
-    def matmul(m, k, n):
-        return m * k * n
-
-    head_dim = d_out // num_heads
-    rows = batch * num_tokens
-    macs = (3 * matmul(rows, d_in, d_out) + batch * num_heads * (matmul(num_tokens, head_dim, num_tokens)
-                                                                 + matmul(num_tokens, num_tokens, head_dim))
-            + matmul(rows, d_out, d_out))
-    return {"parameters": int(parameters), "weights_elements": batch * num_heads * num_tokens ** 2,
-            "multiply_adds": int(macs)}
+        layer = _Cross(d_in, d_memory, num_heads, head_dim, qkv_bias)
+        x, memory = torch.empty(batch, num_queries, d_in), torch.empty(batch, num_keys, d_memory)
+        with FlopCounterMode(display=False) as counter:
+            _, weights = layer(x, memory)
+    return {"parameters": sum(p.numel() for p in layer.parameters()), "weights_elements": weights.numel(),
+            "multiply_adds": counter.get_total_flops() // 2}
 
 
 @alternatives.keep("a loop over heads", "per-head costs summed in a loop, parameters listed layer by layer")
-def _cost_alt_loop(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-    head_dim = d_out // num_heads
-    layers = [(d_in, d_out, qkv_bias)] * 3 + [(d_out, d_out, True)]
-    parameters = sum(fan_in * fan_out + (fan_out if bias else 0) for fan_in, fan_out, bias in layers)
-    macs = sum(batch * num_tokens * fan_in * fan_out for fan_in, fan_out, _ in layers)
+def _cost_alt_loop(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+    inner = num_heads * head_dim
+    layers = [(d_in, inner, qkv_bias, num_queries), (d_memory, inner, qkv_bias, num_keys),
+              (d_memory, inner, qkv_bias, num_keys), (inner, d_in, True, num_queries)]
+    parameters = sum(fan_in * fan_out + (fan_out if bias else 0) for fan_in, fan_out, bias, _ in layers)
+    macs = sum(batch * rows * fan_in * fan_out for fan_in, fan_out, _, rows in layers)
     weights = 0
     for _ in range(num_heads):
-        weights += batch * num_tokens * num_tokens
-        macs += 2 * batch * num_tokens * num_tokens * head_dim
+        weights += batch * num_queries * num_keys
+        macs += 2 * batch * num_queries * num_keys * head_dim
     return dict(parameters=parameters, weights_elements=weights, multiply_adds=macs)
 
 
 @alternatives.keep("FLOPs halved, in float then int",
-                   "FLOPs counted as 2 per multiply-add in floating point, halved and converted back to int")
-def _cost_alt_flops(batch, num_tokens, d_in, d_out, num_heads, qkv_bias):
-    flops = 2.0 * batch * num_tokens * (3 * d_in * d_out + 2 * num_tokens * d_out + d_out * d_out)
-    parameters = float(d_out) * (3 * d_in + d_out + 1 + (3 if qkv_bias else 0))
+                   "FLOPs counted as 2 per multiply-add in floating point, per token of each sequence, halved "
+                   "and converted back to int")
+def _cost_alt_flops(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
+    inner = float(num_heads * head_dim)
+    per_query = 2.0 * (d_in * inner + 2 * num_keys * inner + inner * d_in)
+    per_key = 2.0 * 2 * d_memory * inner
+    flops = batch * (num_queries * per_query + num_keys * per_key)
+    parameters = inner * (d_in + 2 * d_memory + d_in + (3 if qkv_bias else 0)) + d_in
     return {"multiply_adds": int(round(flops / 2)), "parameters": int(round(parameters)),
-            "weights_elements": int(batch * num_heads * num_tokens ** 2)}
+            "weights_elements": int(batch * num_heads * num_queries * num_keys)}
 
 
 # Registration -----------------------------------------------------------------------------
 
 _HINT = ("this check compares the three counts exactly (Python ints); the reason above names the first key that "
-         "differs: list the layer's matrices and matrix products with their shapes and add them up.")
+         "differs: list the layer's matrices and matrix products with their shapes (which sequence each one "
+         "reads, and how wide each one is) and add them up.")
 
 register(Exercise(
-    label="ch06_ex5", title="What a multi-head layer costs",
+    label="ch06_ex5", title="What a cross-attention layer with free head widths costs",
     name="attention_layer_cost", reference=attention_layer_cost, points=2,
     checks=[
-        Check("the page's benchmark layer: d_model 768, 12 heads, 1024 tokens, with biases (48 MB of weights)",
-              _gpt2_calls, hint=_HINT, rtol=0.0, atol=0.0),
-        Check("two small layers, with and without biases", _small_calls, hint=_HINT, rtol=0.0, atol=0.0),
-        Check("d_in differs from d_out; 1 head, 6 heads, and a single token", _shapes_calls, hint=_HINT,
+        Check("cross-attention: 6 queries (d_in 12) over 10 memory tokens (d_memory 8), 3 heads of 5, biases; "
+              "then 4 queries over 3 tokens, no biases", _cross_calls, hint=_HINT, rtol=0.0, atol=0.0),
+        Check("the chapter's own case: the memory is x, 4 heads of 2 cut from d_in 8, no biases", _self_calls,
+              hint=_HINT, rtol=0.0, atol=0.0),
+        Check("one query, one head of 7 wider than d_in 4; a memory of a single token", _edge_calls, hint=_HINT,
               rtol=0.0, atol=0.0),
-        Check("every count is a Python int, not a float or a tensor (two small layers)", _small_calls,
+        Check("every count is a Python int, not a float or a tensor (the first check's layers)", _cross_calls,
               hint=_TYPE_HINT, compare=_compare_count_types, weight=0.25),
         Check("random sizes (hidden)", _hidden_calls, public=False, hint=_HINT, rtol=0.0, atol=0.0),
     ],
