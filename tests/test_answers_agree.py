@@ -120,11 +120,16 @@ def test_check_leaves_the_course_answers_working(chapter):
 
 # An answer may use the package's piece of an earlier exercise, as the later contract says.
 EARLIER_PIECES = [
-    ("ch03_ex2", "import math\n"
-                 "def scaled_dot_product_attention(queries, keys, values, valid_lens=None):\n"
-                 "    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])\n"
-                 "    weights = attn.masked_softmax(scores, valid_lens)\n"
-                 "    return weights @ values, weights\n"),
+    ("ch03_ex2", "class AdditiveAttention(nn.Module):\n"
+                 "    def __init__(self, query_size, key_size, num_hiddens):\n"
+                 "        super().__init__()\n"
+                 "        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)\n"
+                 "        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)\n"
+                 "        self.w_v = nn.Linear(num_hiddens, 1, bias=False)\n"
+                 "    def forward(self, queries, keys, values, valid_lens=None):\n"
+                 "        pairs = torch.tanh(self.W_q(queries)[:, :, None] + self.W_k(keys)[:, None])\n"
+                 "        weights = attn.masked_softmax(self.w_v(pairs)[..., 0], valid_lens)\n"
+                 "        return weights @ values, weights\n"),
 ]
 
 

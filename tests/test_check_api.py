@@ -264,7 +264,7 @@ def test_points_follow_check_weights(demo):
 
 
 def test_a_dict_contract_accepts_dict_subclasses():
-    """An OrderedDict is a dict (found by an independent solver of ch03_ex4)."""
+    """An OrderedDict is a dict (found by an independent solver of the old ch03_ex4, the shapes warm-up)."""
     from collections import OrderedDict
     ex = register(Exercise("ch99_ex3", "dicts", "shapes_of", lambda x: {"x": tuple(x.shape)},
                            checks=[Check("a dict", lambda seed: [Call(args=(torch.ones(2, 3),))], hint="h")]))

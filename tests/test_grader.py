@@ -317,18 +317,16 @@ def test_wrong_dtype_and_shape(hostile):
 def test_calling_the_course_reference_earns_no_credit(sandbox, tmp_path):
     sol = _load(next((ROOT / "solutions").glob("03_*.ipynb")))
     nb = with_code(sol, "ch03_ex1", "masked_softmax = attn.masked_softmax\n")
-    nb = with_code(nb, "ch03_ex2", "def scaled_dot_product_attention(queries, keys, values, valid_lens=None):\n"
-                   "    return attn.scaled_dot_product_attention(queries, keys, values, valid_lens)\n")
-    nb = with_code(nb, "ch03_ex3", "from attention_course.functional import AdditiveAttention\n")
+    nb = with_code(nb, "ch03_ex2", "from attention_course.functional import AdditiveAttention\n")
     _write(tmp_path, "cheater.ipynb", nb)
     run = run_grading([Submission("cheater", tmp_path / "cheater.ipynb")], 3, seed=11, sandbox=sandbox)
     r = run.results[0]
-    for label in ("ch03_ex1", "ch03_ex2", "ch03_ex3"):
+    for label in ("ch03_ex1", "ch03_ex2"):
         e = ex(r, label)
         assert e.points == 0, (label, e.reason)
         assert any("course's answer to " + label in (c.reason + e.reason) for c in e.checks), \
             (label, e.reason, [c.reason for c in e.checks])
-    assert ex(r, "ch03_ex4").points == ex(r, "ch03_ex4").max_points  # the rest is graded normally
+    assert ex(r, "ch03_ex3").points == ex(r, "ch03_ex3").max_points  # the rest is graded normally
 
 
 GC_ROUTE = """import gc
@@ -390,10 +388,10 @@ FUNCTION_RELOAD_ROUTE = """import importlib, sys
 import attention_course.functional
 masked_softmax = importlib.reload(sys.modules["attention_course.functional"]).masked_softmax
 """
-ROUTES = {"gc": ("ch03_ex3", GC_ROUTE), "subclass": ("ch03_ex3", SUBCLASS_ROUTE),
-          "alias": ("ch03_ex3", ALIAS_ROUTE), "object_new": ("ch03_ex3", OBJECT_NEW_ROUTE),
-          "bases": ("ch03_ex3", BASES_ROUTE), "reload": ("ch03_ex3", RELOAD_ROUTE),
-          "sys_modules": ("ch03_ex3", SYS_MODULES_ROUTE), "sys_modules_alias": ("ch03_ex3", SYS_MODULES_ALIAS_ROUTE),
+ROUTES = {"gc": ("ch03_ex2", GC_ROUTE), "subclass": ("ch03_ex2", SUBCLASS_ROUTE),
+          "alias": ("ch03_ex2", ALIAS_ROUTE), "object_new": ("ch03_ex2", OBJECT_NEW_ROUTE),
+          "bases": ("ch03_ex2", BASES_ROUTE), "reload": ("ch03_ex2", RELOAD_ROUTE),
+          "sys_modules": ("ch03_ex2", SYS_MODULES_ROUTE), "sys_modules_alias": ("ch03_ex2", SYS_MODULES_ALIAS_ROUTE),
           "function_gc": ("ch03_ex1", FUNCTION_GC_ROUTE), "function_reload": ("ch03_ex1", FUNCTION_RELOAD_ROUTE)}
 
 

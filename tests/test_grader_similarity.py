@@ -120,25 +120,25 @@ def test_ch01_report_escapes_hostile_code_and_says_worth_a_look(class_report):
     assert [row[:3] for row in rows if row[0] == LABEL][0] == [LABEL, "ana", "bo"]
 
 
-def test_ch03_ex3_the_stubs_own_code_is_not_counted(tmp_path):
-    """cat and dan keep ch03_ex3's class skeleton from the stub (about three quarters of each
+def test_ch03_ex2_the_stubs_own_code_is_not_counted(tmp_path):
+    """cat and dan keep ch03_ex2's class skeleton from the stub (about three quarters of each
     cell) and each replace its two `raise` lines by a different line of their own. What they
     share is only what everyone was given, so they are compared but not listed."""
     student = next((ROOT / "chapters").glob("03_*.ipynb"))
     nb = json.loads(student.read_text(encoding="utf-8"))
-    stub = exercise_code(load_cells(student))["ch03_ex3"]
-    raise_init = '        raise NotImplementedError("ch03_ex3: implement AdditiveAttention.__init__")'
-    raise_forward = '        raise NotImplementedError("ch03_ex3: implement AdditiveAttention.forward")'
+    stub = exercise_code(load_cells(student))["ch03_ex2"]
+    raise_init = '        raise NotImplementedError("ch03_ex2: implement AdditiveAttention.__init__")'
+    raise_forward = '        raise NotImplementedError("ch03_ex2: implement AdditiveAttention.forward")'
     assert raise_init in stub and raise_forward in stub
     cells = {"cat": stub.replace(raise_init, "        pass").replace(raise_forward, "        pass"),
              "dan": stub.replace(raise_init, "        self.todo = True").replace(raise_forward, "        return None, None")}
     folder = tmp_path / "class"
     folder.mkdir()
     for name, code in cells.items():
-        (folder / f"{name}.ipynb").write_text(json.dumps(with_exercise_code(nb, "ch03_ex3", code)), encoding="utf-8")
+        (folder / f"{name}.ipynb").write_text(json.dumps(with_exercise_code(nb, "ch03_ex2", code)), encoding="utf-8")
     report = compare_class(discover(folder)[0], 3)
-    assert set(report.cells["ch03_ex3"]) == {"cat", "dan"}
-    assert report.boilerplate["ch03_ex3"]
+    assert set(report.cells["ch03_ex2"]) == {"cat", "dan"}
+    assert report.boilerplate["ch03_ex2"]
     assert report.flagged() == []
 
 

@@ -30,7 +30,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 NOTEBOOK = "03_scoring_functions.ipynb"
-SOLVE = "ch03_ex4"      # the exercise the test solves by typing
+SOLVE = "ch03_ex4"      # the exercise the test solves by typing (unit_variance_scale)
 READ = "ch03_ex1"       # the exercise statement the test reads
 RAW_MYST = ["{exercise}", ":label:", "{footcite", "{solution", "{footbibliography", "```"]
 # User settings for this run only: every cell stays in the page (no windowing, so the

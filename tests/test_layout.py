@@ -148,14 +148,14 @@ def test_no_module_outside_the_exercises_is_over_600_lines(name):
 def test_check_in_a_students_process_loads_no_tool():
     code = ("import sys\n"
             "from attention_course import check\n"
-            "def scaled_dot_product_attention(queries, keys, values, valid_lens=None):\n"
+            "def masked_softmax(scores, valid_lens):\n"
             "    raise NotImplementedError\n"
-            "check('ch03_ex2', scaled_dot_product_attention)\n"
+            "check('ch03_ex1', masked_softmax)\n"
             "loaded = sorted(m for m in sys.modules if m.startswith('attention_course'))\n"
             "print('LOADED', ' '.join(loaded))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "ch03_ex2" in done.stdout  # the check ran and printed its lines
+    assert "ch03_ex1" in done.stdout  # the check ran and printed its lines
     loaded = next(line for line in done.stdout.splitlines() if line.startswith("LOADED")).split()[1:]
     assert "attention_course.checks.checking" in loaded and "attention_course.exercises.ch03" in loaded
     tools = [m for m in loaded if rooms.room_of(m) == "tools"]

@@ -28,8 +28,7 @@ from attention_course.checks.registry import get_exercise
 # (label, what the alternative is called, the library object); alternative None: the reference.
 LIBRARY_ANSWERS = [
     ("ch03_ex1", None, functional.masked_softmax),
-    ("ch03_ex2", None, functional.scaled_dot_product_attention),
-    ("ch03_ex3", None, functional.AdditiveAttention),
+    ("ch03_ex2", None, functional.AdditiveAttention),
     ("ch04_ex4", "the course library's transformer.sinusoidal_encoding", transformer.sinusoidal_encoding),
     ("ch04_ex6", "the course library's rope_scaling.apply_rope", rope_scaling.apply_rope),
     ("ch05_ex3", "the course library's multihead.CausalAttention", multihead.CausalAttention),

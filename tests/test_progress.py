@@ -80,9 +80,16 @@ def test_a_readers_notebook_right_wrong_endless_and_exiting(tmp_path):
     nb = json.loads((ROOT / "chapters" / "03_scoring_functions.ipynb").read_text(encoding="utf-8"))
     solution = exercise_code(load_cells(ROOT / "solutions" / "03_scoring_functions.ipynb"))
     nb = with_exercise_code(nb, "ch03_ex1", solution["ch03_ex1"])
-    nb = with_exercise_code(nb, "ch03_ex2", "def scaled_dot_product_attention(queries, keys, values, valid_lens=None):\n"
-                                            "    w = torch.softmax(queries @ keys.transpose(1, 2), dim=-1)\n"
-                                            "    return w @ values, w\n")
+    nb = with_exercise_code(nb, "ch03_ex2", "class AdditiveAttention(nn.Module):\n"
+                                            "    def __init__(self, query_size, key_size, num_hiddens):\n"
+                                            "        super().__init__()\n"
+                                            "        self.W_q = nn.Linear(query_size, num_hiddens, bias=False)\n"
+                                            "        self.W_k = nn.Linear(key_size, num_hiddens, bias=False)\n"
+                                            "        self.w_v = nn.Linear(num_hiddens, 1, bias=False)\n"
+                                            "    def forward(self, queries, keys, values, valid_lens=None):\n"
+                                            "        f = self.W_q(queries).unsqueeze(2) + self.W_k(keys).unsqueeze(1)\n"
+                                            "        w = torch.softmax(self.w_v(f).squeeze(-1), dim=-1)\n"
+                                            "        return w @ values, w\n")
     nb = with_exercise_code(nb, "ch03_ex3", "while True:\n    pass\n")
     nb = with_exercise_code(nb, "ch03_ex5", "import sys\nsys.exit(3)\n")
     mine = tmp_path / "my_chapter3.ipynb"
@@ -98,12 +105,12 @@ def test_a_readers_notebook_right_wrong_endless_and_exiting(tmp_path):
     assert rows["ch03_ex3"][3] == "failing" and "timed out after 3 s" in out
     assert rows["ch03_ex4"][3] == "not started"
     assert rows["ch03_ex5"][3] == "failing" and "sys.exit()" in out
-    assert "next: ch03_ex2 Scaled dot-product attention (write `scaled_dot_product_attention`)" in out
-    # chapter 3's totals from the registry: an author adding ch03_ex6 changes them
+    assert "next: ch03_ex2 Additive attention as a module (write `AdditiveAttention`)" in out
+    # chapter 3's totals from the registry: an author adding ch03_ex7 changes them
     chapter3 = all_exercises(3)
     done, checks = len(get_exercise("ch03_ex1").public_checks), sum(len(e.public_checks) for e in chapter3)
     assert re.search(rf"^Total: 1/{len(chapter3)} exercises done, {done}/{checks} public checks passed, in 1 notebook\n"
-                     r"Next:  ch03_ex2 Scaled dot-product attention \(.*my_chapter3\.ipynb\)$", out, re.M), out
+                     r"Next:  ch03_ex2 Additive attention as a module \(.*my_chapter3\.ipynb\)$", out, re.M), out
     assert mine.read_bytes() == before  # the reader's notebook is only read
 
 

@@ -1,6 +1,6 @@
 """What a release gives away without a line of any answer (issue 38 item 5, issue 39 item 5).
 
-RELEASE.md used to say that a graded exercise's answer appears "nowhere" while ch03_ex7's public
+RELEASE.md used to say that a graded exercise's answer appears "nowhere" while ch03_ex5's public
 checks shipped an autograd routine that computes its answer. The report now names, per released
 exercise, every shipped routine that computes by another route (autograd, float64; found by
 scanning the shipped compare code with the markers of ``exposure.MARKERS``, then run on the
@@ -10,9 +10,9 @@ outputs ship (found by calling ``make_calls`` at grading seeds).
 * the scan: every row of MARKERS finds its own example; what only compares (a compare's float64
   casts, a helper with the compare's parameters, a variable called ``grad``) is not reported;
 * the fixed inputs: a check whose make_calls ignores its seed is found, one that uses it is not;
-* a release of chapter 3 with ch03_ex7's checks as they were (an autograd compare, a check 0 that
+* a release of chapter 3 with ch03_ex5's checks as they were (an autograd compare, a check 0 that
   ignores its seed) names ``_autograd_jacobian`` and check #0 in RELEASE.md; the release as it
-  is names neither, and ships no autograd for ch03_ex7.
+  is names neither, and ships no autograd for ch03_ex5.
 """
 from __future__ import annotations
 
@@ -104,16 +104,16 @@ def test_a_check_that_ignores_its_seed_is_graded_on_shipped_inputs():
     assert fixed_checks(_exercise([drawn])) == []
 
 
-def _ex7_row(out: Path) -> str:
+def _ex5_row(out: Path) -> str:
     report = (out / "RELEASE.md").read_text(encoding="utf-8")
-    return next(line for line in report.splitlines() if line.startswith("| ch03_ex7 |"))
+    return next(line for line in report.splitlines() if line.startswith("| ch03_ex5 |"))
 
 
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory):
-    """Chapter 3 released twice: with ch03_ex7's public checks as they were before this fix (the
+    """Chapter 3 released twice: with ch03_ex5's public checks as they were before this fix (the
     autograd compare, check 0 the same case at every seed), then as they are."""
-    exercise = get_exercise("ch03_ex7")
+    exercise = get_exercise("ch03_ex5")
     module = sys.modules[exercise.reference.__module__]
     saved = list(exercise.checks)
     small = module._small_calls
@@ -133,29 +133,29 @@ def releases(tmp_path_factory):
     return out
 
 
-def test_the_report_named_ch03_ex7s_autograd_routine_and_its_fixed_check(releases):
+def test_the_report_named_ch03_ex5s_autograd_routine_and_its_fixed_check(releases):
     out = releases["before"]
-    shipped = (out / "attention_course" / "public_checks" / "ch03_ex7.py").read_text(encoding="utf-8")
+    shipped = (out / "attention_course" / "public_checks" / "ch03_ex5.py").read_text(encoding="utf-8")
     assert "torch.autograd.functional.jacobian" in shipped
-    cells = [c.strip() for c in _ex7_row(out).split("|")[1:-1]]
-    assert cells[:3] == ["ch03_ex7", "graded", "nowhere"]            # no line of the answer ships ...
+    cells = [c.strip() for c in _ex5_row(out).split("|")[1:-1]]
+    assert cells[:3] == ["ch03_ex5", "graded", "nowhere"]            # no line of the answer ships ...
     assert cells[3] == "`_autograd_jacobian` (autograd, float64): gives this answer on its public inputs"
     assert cells[4].startswith("#0 'one query in 2-D, three keys, values of size 3'"), cells[4]
 
 
-def test_the_release_ships_ch03_ex7s_outputs_not_a_routine(releases):
+def test_the_release_ships_ch03_ex5s_outputs_not_a_routine(releases):
     out = releases["after"]
-    shipped = (out / "attention_course" / "public_checks" / "ch03_ex7.py").read_text(encoding="utf-8")
+    shipped = (out / "attention_course" / "public_checks" / "ch03_ex5.py").read_text(encoding="utf-8")
     assert scan_source(shipped) == [] and "autograd" not in shipped
-    cells = [c.strip() for c in _ex7_row(out).split("|")[1:-1]]
-    assert cells == ["ch03_ex7", "graded", "nowhere", "none", "none", "none"], cells
+    cells = [c.strip() for c in _ex5_row(out).split("|")[1:-1]]
+    assert cells == ["ch03_ex5", "graded", "nowhere", "none", "none", "none"], cells
     assert exposure.HEADINGS[0] in (out / "RELEASE.md").read_text(encoding="utf-8")
     # The shipped compare judges by the stored outputs: the course's pass, a kept mistake's
     # (stored beside them) fail with the entry that differs.
     from attention_course.checks.registry import Call
-    data = torch.load(out / "attention_course" / "public_checks" / "checks.pt", weights_only=True)["ch03_ex7"]
+    data = torch.load(out / "attention_course" / "public_checks" / "checks.pt", weights_only=True)["ch03_ex5"]
     namespace = {}
-    exec(compile(shipped, "ch03_ex7.py", "exec"), namespace)  # noqa: S102 - the release's own file
+    exec(compile(shipped, "ch03_ex5.py", "exec"), namespace)  # noqa: S102 - the release's own file
     check = data["checks"][0]
     calls = [Call(**fields) for fields in check["calls"]]
     compare = namespace[check["compare"]]
@@ -170,7 +170,7 @@ def test_a_routine_is_credited_with_the_answers_it_gives_on_public_inputs():
     exercise it ships with, and the row of each exercise whose answer it gives, name it."""
     import math
 
-    def jacobian_by_autograd(queries, keys, values):   # ch03_ex7's answer, another way
+    def jacobian_by_autograd(queries, keys, values):   # ch03_ex5's answer, another way
         def one(q, k, v):
             return torch.func.jacrev(lambda x: torch.softmax(k @ x / math.sqrt(x.shape[0]), dim=0) @ v)(q)
         rows = torch.vmap(one, in_dims=(0, None, None))
@@ -181,15 +181,15 @@ def test_a_routine_is_credited_with_the_answers_it_gives_on_public_inputs():
     def float64_scores(queries, keys, values):         # accepts the calls, gives no answer
         return (queries.double() @ keys.double().transpose(-1, -2)).to(queries.dtype)
 
-    labels = ["ch03_ex2", "ch03_ex6", "ch03_ex7"]
-    assert exposure.answers_given(jacobian_by_autograd, labels) == ["ch03_ex7"]
+    labels = ["ch03_ex1", "ch03_ex4", "ch03_ex5"]
+    assert exposure.answers_given(jacobian_by_autograd, labels) == ["ch03_ex5"]
     assert exposure.answers_given(float64_scores, labels) == []
-    route = exposure.Route("_truth", ("autograd",), ("torch.func.jacrev",), shipped_with="ch03_ex6",
-                           answers=("ch03_ex7",))
-    assert route.describe("ch03_ex6") == "`_truth` (autograd): gives the answer of ch03_ex7"
-    assert route.describe("ch03_ex7") == ("`_truth` of `public_checks/ch03_ex6.py` (autograd): gives this answer "
+    route = exposure.Route("_truth", ("autograd",), ("torch.func.jacrev",), shipped_with="ch03_ex4",
+                           answers=("ch03_ex5",))
+    assert route.describe("ch03_ex4") == "`_truth` (autograd): gives the answer of ch03_ex5"
+    assert route.describe("ch03_ex5") == ("`_truth` of `public_checks/ch03_ex4.py` (autograd): gives this answer "
                                           "on its public inputs")
-    rows = [{"label": "ch03_ex7", "status": "graded", "routes": [route], "fixed": [(0, "a case")]},
+    rows = [{"label": "ch03_ex5", "status": "graded", "routes": [route], "fixed": [(0, "a case")]},
             {"label": "ch04_ex1", "status": "not released"}]
-    assert exposure.cells(rows[0]) == (route.describe("ch03_ex7"), "#0 'a case'")
+    assert exposure.cells(rows[0]) == (route.describe("ch03_ex5"), "#0 'a case'")
     assert exposure.cells(rows[1]) == ("-", "-")

@@ -7,7 +7,7 @@ ValueError included), runs in every suite (its release and both runs: about 35-4
 chapters' releases and runs (about 5 min together: chapters 7 and 8 train a model, 40-80 s a run)
 are opt-in: ``ATTENTION_COURSE_SLOW_TESTS=1``.
 
-A release of chapters 1-3 (chapter 3's library answers three of its graded exercises, so its
+A release of chapters 1-3 (chapter 3's library answers two of its graded exercises, so its
 worked examples reach withheld pieces) is executed with a kernel that sees the released package:
 
 * as shipped (a student who has solved nothing): no cell raises but an exercise's own stub; a
@@ -152,7 +152,7 @@ EXTRA_CH03 = [
     "check('ch03_ex1', masked_softmax)\nmasked_softmax = _mine",
     # ch03_ex2 does not depend on the answer to ch03_ex1: a wrong masked_softmax leaves it passing.
     "def masked_softmax(scores, valid_lens):\n    return torch.zeros_like(scores)\n"
-    "check('ch03_ex2', scaled_dot_product_attention)\ncheck('ch03_ex3', AdditiveAttention)\n"
+    "check('ch03_ex2', AdditiveAttention)\ncheck('ch03_ex3', BilinearAttention)\n"
     "masked_softmax = _mine",
 ]
 

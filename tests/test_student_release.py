@@ -51,8 +51,8 @@ def test_stored_public_checks_are_plain_data():
     loaded = torch.load(buffer, weights_only=True)
     assert sorted(loaded) == labels
     assert all(check["outcomes"] for entry in loaded.values() for check in entry["checks"])
-    # The shipped compares hold no reference: ch03_ex3's is the shared parameter-shape compare.
-    assert "def same_parameters" in code["ch03_ex3"] and "AdditiveAttention" not in code["ch03_ex3"]
+    # The shipped compares hold no reference: ch03_ex2's is the shared parameter-shape compare.
+    assert "def same_parameters" in code["ch03_ex2"] and "AdditiveAttention" not in code["ch03_ex2"]
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,12 @@ module finds them, for every released exercise:
 
 * **another route** (:func:`shipped_routes`): a public check whose compare ships code of its own
   (``attention_course/public_checks/chNN_exM.py``) may ship a routine that computes the answer
-  another way, with autograd or in float64 (ch03_ex7's Jacobian by autograd, once). The shipped
+  another way, with autograd or in float64 (ch03_ex5's Jacobian by autograd, once). The shipped
   source is scanned for the markers of :data:`MARKERS` (one row per marker, so a new one is a
   line of data): a routine that a compare calls is reported when it uses any marker, a compare
   itself only when it uses autograd (comparing in float64 is no answer). A compare is what a
   check's ``compare_N`` is bound to, the factory that makes it, or any function with the
-  compare's own parameters (``got, want, calls``: a helper that compares, as ch03_ex7's does).
+  compare's own parameters (``got, want, calls``: a helper that compares, as ch03_ex5's does).
   Each routine reported is then run, in the full course, on the public inputs of every released
   exercise whose calls it accepts (:func:`answers_given`): the report says whose answer it
   gives, in that exercise's row too (when this was written, ch04_ex8's compare shipped the

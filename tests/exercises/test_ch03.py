@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from attention_course import functional as F_att
-from attention_course.checks.checking import run_checks
 from attention_course.checks.registry import all_exercises
 
 from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
@@ -96,54 +95,9 @@ def test_ch03_ex1_two_d_lengths_repeated_as_if_one_d_get_their_hint():
     assert all(r.hint == hint for r in failed), [(r.check, r.hint) for r in failed]
 
 
-# ------------------------------------------------------------- ch03_ex2: swapped pair
+# ------------------------------------------------------------- ch03_ex2: additive attention
 
-def _sdpa_weights_first(queries, keys, values, valid_lens=None):
-    d = queries.shape[-1]
-    scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
-    weights = F_att.masked_softmax(scores, valid_lens)
-    return weights, torch.bmm(weights, values)
-
-
-def test_ch03_ex2_swapped_pair_is_named():
-    assert_mistake("ch03_ex2", _sdpa_weights_first, "output and weights swapped",
-                    must_not=("mask", "valid_lens reaches", "scal"))
-
-
-def test_ch03_ex2_swapped_and_unscaled_gets_neutral_hints():
-    def swapped_unscaled(queries, keys, values, valid_lens=None):
-        weights = F_att.masked_softmax(queries @ keys.transpose(1, 2), valid_lens)
-        return weights, weights @ values
-    failures = failed_checks("ch03_ex2", swapped_unscaled)
-    assert len(failures) == 3
-    for r in failures:
-        assert r.mistake is None
-        assert "look at how" not in r.hint and "the masking treats" not in r.hint, r.hint
-
-
-def test_ch03_ex2_keys_T_on_a_3d_tensor_gets_the_transpose_hint():
-    """Issue 40, item 4: keys.T on (batch, num_keys, d) keys reverses every axis; the product raises a
-    shape error, with @ and with torch.bmm alike. The hint names the shapes given and needed and the
-    idiom that swaps the last two axes."""
-    def with_matmul(queries, keys, values, valid_lens=None):
-        scores = torch.matmul(queries, keys.T) / math.sqrt(queries.shape[-1])
-        weights = F_att.masked_softmax(scores, valid_lens)
-        return torch.matmul(weights, values), weights
-
-    def with_bmm(queries, keys, values, valid_lens=None):
-        weights = F_att.masked_softmax(torch.bmm(queries, keys.T) / queries.shape[-1] ** 0.5, valid_lens)
-        return torch.bmm(weights, values), weights
-
-    hint = mistake_hint("ch03_ex2", "keys.T on 3-D keys")
-    assert "(d, num_keys, batch)" in hint and "(batch, d, num_keys)" in hint and "transpose(1, 2)" in hint
-    assert_mistake("ch03_ex2", with_matmul, "keys.T on 3-D keys")
-    assert_mistake("ch03_ex2", with_bmm, "keys.T on 3-D keys, in torch.bmm")
-    assert len(failed_checks("ch03_ex2", with_matmul)) == 3
-
-
-# ------------------------------------------------------------- ch03_ex3: additive attention
-
-def test_ch03_ex3_new_axes_swapped_get_the_unsqueeze_hint():
+def test_ch03_ex2_new_axes_swapped_get_the_unsqueeze_hint():
     """Issue 40, item 4: queries given their new axis at position 1 and keys at 2 make scores of shape
     (batch, num_keys, num_queries); the hint says so and names the axes each needs."""
     class AdditiveAttention(torch.nn.Module):
@@ -158,36 +112,57 @@ def test_ch03_ex3_new_axes_swapped_get_the_unsqueeze_hint():
             weights = F_att.masked_softmax(self.w_v(features).squeeze(-1), valid_lens)
             return torch.bmm(weights, values), weights
 
-    hint = mistake_hint("ch03_ex3", "new axes of queries and keys swapped")
+    hint = mistake_hint("ch03_ex2", "new axes of queries and keys swapped")
     assert "(batch, num_keys, num_queries)" in hint and "unsqueeze(2)" in hint
-    assert_mistake("ch03_ex3", AdditiveAttention, "new axes of queries and keys swapped")
-    assert len(failed_checks("ch03_ex3", AdditiveAttention)) == 3
+    assert_mistake("ch03_ex2", AdditiveAttention, "new axes of queries and keys swapped")
+    assert len(failed_checks("ch03_ex2", AdditiveAttention)) == 3
 
 
-# ------------------------------------------------------------- ch03_ex4: attention_shapes
+# ------------------------------------------------------------- ch03_ex3: bilinear attention
 
-def test_ch03_ex4_a_hard_coded_chapter_example_earns_nothing_at_grading():
-    """Issue 39: an answer that returns the chapter's example whatever it is given passed the public
-    check "the chapter's example" and so earned a third of the points at grading, where that check ran
-    on its fixed case. At grading every check now runs on sizes of its own (issue 38, item 4)."""
-    def attention_shapes(queries_shape, keys_shape, values_shape, num_hiddens):
-        return {"scores": (2, 3, 5), "output": (2, 3, 6), "additive_features": (2, 3, 5, 8)}
+def test_ch03_ex3_keys_T_on_a_3d_tensor_gets_the_transpose_hint():
+    """Issue 40, item 4 (kept from the dot-product warm-up that issue 40, item 2 merged away): keys.T on
+    (batch, num_keys, key_size) keys reverses every axis; the product raises a shape error, with @ and
+    with torch.bmm alike. The hint names the shapes given and needed and the idiom that swaps the last
+    two axes."""
+    class BilinearAttention(torch.nn.Module):
+        def __init__(self, query_size, key_size):
+            super().__init__()
+            self.W = torch.nn.Parameter(torch.zeros(query_size, key_size))
 
-    public = run_checks("ch03_ex4", attention_shapes)
-    assert [r.passed for r in public] == [True, False]    # it does match the public example
-    for seed in (11, 2026, 7, 31337):
-        graded = run_checks("ch03_ex4", attention_shapes, hidden=True, seed=seed)
-        assert len(graded) == 3 and not any(r.passed for r in graded), (seed, [r.line() for r in graded])
-        assert sum(r.points for r in graded) == 0
+        def _scores(self, queries, keys):
+            if queries.shape[-1] != self.W.shape[0]:
+                raise ValueError(f"queries: shape {tuple(queries.shape)} does not fit W")
+            if keys.shape[-1] != self.W.shape[1]:
+                raise ValueError(f"keys: shape {tuple(keys.shape)} does not fit W")
+            return torch.matmul(torch.matmul(queries, self.W), keys.T)
+
+        def forward(self, queries, keys, values, valid_lens=None):
+            weights = F_att.masked_softmax(self._scores(queries, keys), valid_lens)
+            return torch.matmul(weights, values), weights
+
+    class WithBmm(BilinearAttention):
+        def _scores(self, queries, keys):
+            if queries.shape[-1] != self.W.shape[0] or keys.shape[-1] != self.W.shape[1]:
+                which = "queries" if queries.shape[-1] != self.W.shape[0] else "keys"
+                shape = tuple((queries if which == "queries" else keys).shape)
+                raise ValueError(f"{which} has the wrong last size: {shape}")
+            return torch.bmm(queries @ self.W, keys.T)
+
+    hint = mistake_hint("ch03_ex3", "keys.T on 3-D keys")
+    assert "(key_size, num_keys, batch)" in hint and "(batch, key_size, num_keys)" in hint
+    assert "transpose(-2, -1)" in hint
+    assert_mistake("ch03_ex3", BilinearAttention, "keys.T on 3-D keys")
+    assert_mistake("ch03_ex3", WithBmm, "keys.T on 3-D keys, in torch.bmm")
 
 
-# ------------------------------------------------------------- ch03_ex7: query_jacobian
+# ------------------------------------------------------------- ch03_ex5: query_jacobian
 
-def _ex7_reference():
-    return next(e for e in all_exercises(3) if e.label == "ch03_ex7").reference
+def _ex5_reference():
+    return next(e for e in all_exercises(3) if e.label == "ch03_ex5").reference
 
 
-def test_ch03_ex7_reference_on_a_case_done_by_hand():
+def test_ch03_ex5_reference_on_a_case_done_by_hand():
     """q = 0 (d = 2) against keys (1, 0) and (-1, 0) with values 1 and -1: both scores are 0, so
     a = (1/2, 1/2), o = 0 and kbar = 0; d o / d q = (1/sqrt 2)(1/2 * 1 * (1, 0) + 1/2 * (-1) * (-1, 0))
     = (1/sqrt 2, 0). Float64 and a batch of two copies give the same block."""
@@ -195,15 +170,15 @@ def test_ch03_ex7_reference_on_a_case_done_by_hand():
     keys = torch.tensor([[1.0, 0.0], [-1.0, 0.0]])
     values = torch.tensor([[1.0], [-1.0]])
     expected = torch.tensor([[[1 / math.sqrt(2), 0.0]]])
-    got = _ex7_reference()(queries, keys, values)
+    got = _ex5_reference()(queries, keys, values)
     assert got.dtype == torch.float32 and got.shape == (1, 1, 2)
     assert torch.allclose(got, expected, atol=1e-7)
-    batched = _ex7_reference()(*(t.double().expand(2, *t.shape) for t in (queries, keys, values)))
+    batched = _ex5_reference()(*(t.double().expand(2, *t.shape) for t in (queries, keys, values)))
     assert batched.dtype == torch.float64 and batched.shape == (2, 1, 1, 2)
     assert torch.allclose(batched, expected.double().expand(2, 1, 1, 2), atol=1e-12)
 
 
-def test_ch03_ex7_reference_agrees_with_jacrev_in_float64():
+def test_ch03_ex5_reference_agrees_with_jacrev_in_float64():
     """The reference's formula against torch.func.jacrev of the forward pass, on random inputs and on
     scores of several hundred (where the softmax is one-hot)."""
     g = torch.Generator().manual_seed(12)
@@ -216,17 +191,17 @@ def test_ch03_ex7_reference_agrees_with_jacrev_in_float64():
             return torch.softmax(k @ query / math.sqrt(6), dim=-1) @ v
 
         want = torch.stack([torch.func.jacrev(pooled)(row) for row in q])
-        got = _ex7_reference()(q, k, v)
+        got = _ex5_reference()(q, k, v)
         assert torch.isfinite(got).all()
         assert torch.allclose(got, want, rtol=1e-9, atol=1e-12), (spread, (got - want).abs().max())
 
 
-def test_ch03_ex7_softmax_denominator_left_out_is_named():
+def test_ch03_ex5_softmax_denominator_left_out_is_named():
     """A student differentiates a_i as if it moved with its own score only (d a_i / d q = a_i k_i / sqrt d):
     the hint names the missing centring, on every public check it fails."""
     def own_score_only(queries, keys, values, factors=None):
         if factors is not None:   # the question answered right (a mistake in the Jacobian only)
-            return _ex7_reference()(queries, keys, values, factors)
+            return _ex5_reference()(queries, keys, values, factors)
         if queries.shape[-1] != keys.shape[-1]:
             raise ValueError(f"queries of shape {tuple(queries.shape)} and keys of shape "
                              f"{tuple(keys.shape)} have different last sizes d")
@@ -241,10 +216,10 @@ def test_ch03_ex7_softmax_denominator_left_out_is_named():
             out = out + a[..., i, None, None] * outer.unsqueeze(-3)
         return out / math.sqrt(d)
 
-    assert_mistake("ch03_ex7", own_score_only, "neither side centred")
+    assert_mistake("ch03_ex5", own_score_only, "neither side centred")
 
 
-def test_ch03_ex7_values_centred_only_passes_everywhere():
+def test_ch03_ex5_values_centred_only_passes_everywhere():
     """Centring only the values is correct (sum_i a_i (v_i - o) = 0 removes the kbar term), and so is
     a float32 softmax written by hand with the max subtracted."""
     def values_centred(queries, keys, values, factors=None):
@@ -261,17 +236,17 @@ def test_ch03_ex7_values_centred_only_passes_everywhere():
         return torch.einsum("...jn,...jnr,...nc->...jrc", a, values.unsqueeze(-3) - o.unsqueeze(-2),
                             keys) / math.sqrt(queries.shape[-1])
 
-    passes_everywhere("ch03_ex7", values_centred)
+    passes_everywhere("ch03_ex5", values_centred)
 
 
-def _ex7_by_hand(queries, keys, values):
+def _ex5_by_hand(queries, keys, values):
     """A student's Jacobian, correct: a float64 loop over the queries (and over a batch axis)."""
     if queries.shape[-1] != keys.shape[-1]:
         raise ValueError(f"queries {tuple(queries.shape)} and keys {tuple(keys.shape)}: last sizes differ")
     if keys.shape[-2] != values.shape[-2]:
         raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)}: row counts differ")
     if queries.dim() == 3:
-        return torch.stack([_ex7_by_hand(q, k, v) for q, k, v in zip(queries, keys, values)])
+        return torch.stack([_ex5_by_hand(q, k, v) for q, k, v in zip(queries, keys, values)])
     q, k, v = queries.double(), keys.double(), values.double()
     a = torch.softmax(q @ k.T / math.sqrt(q.shape[-1]), dim=-1)
     o, kbar = a @ v, a @ k
@@ -279,36 +254,36 @@ def _ex7_by_hand(queries, keys, values):
                         for j in range(len(q))]).to(queries.dtype) / math.sqrt(q.shape[-1])
 
 
-def test_ch03_ex7_larger_factor_larger_jacobian_is_named():
+def test_ch03_ex5_larger_factor_larger_jacobian_is_named():
     """Issue 40, item 5: the chapter's question (what happens to the Jacobian as the softmax saturates) is
     checked as an ordering. The guess that longer queries, hence larger scores, move the output more gets
     the hint of that kept mistake, in public and at grading."""
     def steeper(queries, keys, values, factors=None):
         if factors is not None:
             return sorted(factors, reverse=True)
-        return _ex7_by_hand(queries, keys, values)
+        return _ex5_by_hand(queries, keys, values)
 
-    assert_mistake("ch03_ex7", steeper, "larger scores, larger Jacobian")
+    assert_mistake("ch03_ex5", steeper, "larger scores, larger Jacobian")
     from exercise_helpers import failed_hidden_somewhere
-    assert failed_hidden_somewhere("ch03_ex7", steeper)
+    assert failed_hidden_somewhere("ch03_ex5", steeper)
 
 
-def test_ch03_ex7_smallest_factor_first_fails_on_the_tie():
+def test_ch03_ex5_smallest_factor_first_fails_on_the_tie():
     """Ordering by the factor, the smallest first, is right on the running example but not where two keys
     tie at the top: there the Jacobian grows with the factor."""
     def smaller_first(queries, keys, values, factors=None):
         if factors is not None:
             return sorted(factors)
-        return _ex7_by_hand(queries, keys, values)
+        return _ex5_by_hand(queries, keys, values)
 
-    failed = failed_checks("ch03_ex7", smaller_first)
+    failed = failed_checks("ch03_ex5", smaller_first)
     assert [r.reason for r in failed] and all("call 2 of 2" in r.reason for r in failed), failed
 
 
-def test_ch03_ex7_open_question_has_a_reference_answer_in_its_solution_block():
+def test_ch03_ex5_open_question_has_a_reference_answer_in_its_solution_block():
     cells = json.loads((ROOT / "solutions" / "03_scoring_functions.ipynb").read_text())["cells"]
     text = ["".join(c["source"]) for c in cells]
-    start = next(i for i, t in enumerate(text) if "{solution-start} ch03_ex7" in t)
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch03_ex5" in t)
     end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
     answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
                and "solution-only" in cells[i]["metadata"].get("tags", [])]
@@ -317,13 +292,13 @@ def test_ch03_ex7_open_question_has_a_reference_answer_in_its_solution_block():
     assert text[answers[0]].splitlines()[0][:60] not in student
 
 
-def test_ch03_ex7_check_0_is_the_case_by_hand_at_its_seed_and_turned_at_grading_seeds():
+def test_ch03_ex5_check_0_is_the_case_by_hand_at_its_seed_and_turned_at_grading_seeds():
     """Issue 38 item 4: check 0's outputs ship with a release, so at grading it runs on the same case
     turned. At its own seed: the case written in the check (by hand here). At two grading seeds:
     one query in 2-D, three keys, values of size 3 again; the query and keys rotated or reflected
     (every score kept, in another order of the keys), the values redrawn; the two seeds differ."""
     from attention_course.checks.plan import hidden_seed
-    check = next(e for e in all_exercises(3) if e.label == "ch03_ex7").checks[0]
+    check = next(e for e in all_exercises(3) if e.label == "ch03_ex5").checks[0]
     (public,) = check.make_calls(check.seed)
     q, k, v = public.args
     assert torch.equal(q, torch.tensor([[1.0, -0.5]]))
@@ -345,13 +320,13 @@ def test_ch03_ex7_check_0_is_the_case_by_hand_at_its_seed_and_turned_at_grading_
 
 
 # The derivative the exercise asks for, in the words a hint would use to state it: no hint of
-# ch03_ex7 may contain any of these (its kept mistakes' hints once stated d a_i / d q in full).
+# ch03_ex5 may contain any of these (its kept mistakes' hints once stated d a_i / d q in full).
 _EX7_FORMULA = ("d a_i", "a_i (1 - a_i)", "a_i a_l", "k_i - kbar", "v_i - o", "sum_i a_i", "a_i (k_i",
                 "kbar)", "(k_i -", "/ d q =", "/ d s")
 
 
-def test_ch03_ex7_hints_name_the_mistake_without_the_derivative():
-    exercise = next(e for e in all_exercises(3) if e.label == "ch03_ex7")
+def test_ch03_ex5_hints_name_the_mistake_without_the_derivative():
+    exercise = next(e for e in all_exercises(3) if e.label == "ch03_ex5")
     texts = [(m.name, m.hint) for m in exercise.mistakes] + [(c.name, c.hint) for c in exercise.checks]
     for name, hint in texts:
         for words in _EX7_FORMULA:
@@ -360,13 +335,13 @@ def test_ch03_ex7_hints_name_the_mistake_without_the_derivative():
     assert len({m.hint for m in exercise.mistakes}) == len(exercise.mistakes)
 
 
-def test_ch03_ex7_statement_says_plainly_that_no_check_can_tell_autograd():
+def test_ch03_ex5_statement_says_plainly_that_no_check_can_tell_autograd():
     """The contract forbids autograd, and neither check() nor the grader can tell how an answer was
     computed (it returns numbers; a stand-in that refuses autograd in the call would not stop
     torch.func either). The statement says so; it stays true: an answer written with torch.func,
     by hand here, passes the public checks."""
     from exercise_helpers import statement
-    text = " ".join(statement("ch03_ex7").split())
+    text = " ".join(statement("ch03_ex5").split())
     assert "Neither the checks nor the grader can tell how you computed your numbers" in text
     assert "not with autograd" in text
 
@@ -384,16 +359,16 @@ def test_ch03_ex7_statement_says_plainly_that_no_check_can_tell_autograd():
             return torch.stack([rows(q, k, v) for q, k, v in zip(queries, keys, values)])
         return rows(queries, keys, values)
 
-    assert not failed_checks("ch03_ex7", by_autograd), [r.line() for r in failed_checks("ch03_ex7", by_autograd)]
+    assert not failed_checks("ch03_ex5", by_autograd), [r.line() for r in failed_checks("ch03_ex5", by_autograd)]
 
 
-# ------------------------------------------------------------------------------------ ch03_ex8
+# ------------------------------------------------------------------------------------ ch03_ex6
 
-def _ex8_reference():
-    return next(e for e in all_exercises(3) if e.label == "ch03_ex8").reference
+def _ex6_reference():
+    return next(e for e in all_exercises(3) if e.label == "ch03_ex6").reference
 
 
-def test_ch03_ex8_reference_on_cases_made_by_hand():
+def test_ch03_ex6_reference_on_cases_made_by_hand():
     """Two sequences, 3 keys, lengths (0, 2), one query each: each label from weights written by hand,
     and the order of the labels where two apply."""
     lens = torch.tensor([0, 2])
@@ -401,7 +376,7 @@ def test_ch03_ex8_reference_on_cases_made_by_hand():
     finite = torch.zeros(2, 1, 3)
     nan_grads = finite.clone()
     nan_grads[0] = float("nan")
-    label = _ex8_reference()
+    label = _ex6_reference()
     assert label(good, finite, lens) == "correct"
     assert label(good.double(), finite.double(), lens[:, None]) == "correct"          # 2-D lengths
     assert label(good, nan_grads, lens) == "nan_gradient"
@@ -419,7 +394,7 @@ def test_ch03_ex8_reference_on_cases_made_by_hand():
     assert label(within, finite, lens) == "correct"                                    # sums within 1e-4
 
 
-def test_ch03_ex8_a_finite_fill_that_leaks_exactly_zero_is_correct():
+def test_ch03_ex6_a_finite_fill_that_leaks_exactly_zero_is_correct():
     """The contract judges numbers, not methods: a -1e9 fill with the empty rows zeroed afterwards gives
     exact zeros at the masked keys and a zero gradient, so it is "correct"; a -1e6 fill left alone puts
     uniform weights on the empty row."""
@@ -437,11 +412,11 @@ def test_ch03_ex8_a_finite_fill_that_leaks_exactly_zero_is_correct():
         (weights * probe).sum().backward()
         return weights.detach(), leaf.grad
 
-    assert _ex8_reference()(*observe(-1e9, True), lens) == "correct"
-    assert _ex8_reference()(*observe(-1e6, False), lens) == "weights_on_empty_row"
+    assert _ex6_reference()(*observe(-1e9, True), lens) == "correct"
+    assert _ex6_reference()(*observe(-1e6, False), lens) == "weights_on_empty_row"
 
 
-def test_ch03_ex8_finite_weights_only_gets_the_gradient_hint():
+def test_ch03_ex6_finite_weights_only_gets_the_gradient_hint():
     """A student tests the weights with isfinite and never reads grads: the additive -inf mask passes
     for "correct", and the hint says that the gradients are part of the diagnosis."""
     def weights_only(weights, grads, valid_lens):
@@ -460,10 +435,10 @@ def test_ch03_ex8_finite_weights_only_gets_the_gradient_hint():
                 return "rows_not_normalised"
         return "correct"
 
-    assert_mistake("ch03_ex8", weights_only, "NaN looked for in the weights only")
+    assert_mistake("ch03_ex6", weights_only, "NaN looked for in the weights only")
 
 
-def test_ch03_ex8_allclose_to_zero_at_masked_keys_gets_the_tolerance_hint():
+def test_ch03_ex6_allclose_to_zero_at_masked_keys_gets_the_tolerance_hint():
     """torch.allclose with its default atol (1e-8) calls a leak of 1e-14 zero."""
     def allclose_zero(weights, grads, valid_lens):
         b, q, k = weights.shape
@@ -481,10 +456,10 @@ def test_ch03_ex8_allclose_to_zero_at_masked_keys_gets_the_tolerance_hint():
             return "rows_not_normalised"
         return "nan_gradient" if torch.isnan(grads).any() else "correct"
 
-    assert_mistake("ch03_ex8", allclose_zero, "masked weights compared with a tolerance")
+    assert_mistake("ch03_ex6", allclose_zero, "masked weights compared with a tolerance")
 
 
-def test_ch03_ex8_a_tolerance_on_empty_rows_gets_its_hint():
+def test_ch03_ex6_a_tolerance_on_empty_rows_gets_its_hint():
     """Blind solver's gap: empty rows tested with a tolerance of 1e-6 (masked keys exactly). One of the
     checks' implementations scales its empty rows down instead of zeroing them, weights of about 1e-10
     there: "weights_on_empty_row" by the contract, "correct" by the tolerant test."""
@@ -502,12 +477,12 @@ def test_ch03_ex8_a_tolerance_on_empty_rows_gets_its_hint():
             return "rows_not_normalised"
         return "nan_gradient" if torch.isnan(grads).any() else "correct"
 
-    assert_mistake("ch03_ex8", tolerant_on_empty_rows, "empty rows compared with a tolerance")
+    assert_mistake("ch03_ex6", tolerant_on_empty_rows, "empty rows compared with a tolerance")
     for seed in (11, 2026):
-        assert failed_checks("ch03_ex8", tolerant_on_empty_rows, seed), seed
+        assert failed_checks("ch03_ex6", tolerant_on_empty_rows, seed), seed
 
 
-def test_ch03_ex8_gradient_looked_at_first_fails():
+def test_ch03_ex6_gradient_looked_at_first_fails():
     """A loophole: the labels are right, but NaN gradients are tested before the weights, so the plain
     -inf fill (NaN weights and NaN gradients) gets "nan_gradient"; and a constant answer fails."""
     def gradient_first(weights, grads, valid_lens):
@@ -524,11 +499,11 @@ def test_ch03_ex8_gradient_looked_at_first_fails():
             return "rows_not_normalised"
         return "correct"
 
-    assert len(failed_checks("ch03_ex8", gradient_first)) == 3
-    assert len(failed_checks("ch03_ex8", lambda weights, grads, valid_lens: "correct")) == 3
+    assert len(failed_checks("ch03_ex6", gradient_first)) == 3
+    assert len(failed_checks("ch03_ex6", lambda weights, grads, valid_lens: "correct")) == 3
 
 
-def test_ch03_ex8_set_of_findings_passes_everywhere():
+def test_ch03_ex6_set_of_findings_passes_everywhere():
     """A correct answer in another style: every finding collected per row into a set, the first of the
     contract's order returned."""
     order = ["nan_weights", "weights_on_empty_row", "weight_on_masked_keys", "rows_not_normalised",
@@ -552,10 +527,10 @@ def test_ch03_ex8_set_of_findings_passes_everywhere():
                 seen.add(order[4])
         return min(seen, key=order.index) if seen else "correct"
 
-    passes_everywhere("ch03_ex8", findings)
+    passes_everywhere("ch03_ex6", findings)
 
 
-def test_ch03_ex8_a_leak_looked_for_as_positive_only_gets_its_hint():
+def test_ch03_ex6_a_leak_looked_for_as_positive_only_gets_its_hint():
     """A student writes `> 0` for a leak: one implementation leaks negative weights (about -1e-14) at
     masked keys, and that call must get "weight_on_masked_keys", not "correct"."""
     def positive_leak(weights, grads, valid_lens):
@@ -577,21 +552,21 @@ def test_ch03_ex8_a_leak_looked_for_as_positive_only_gets_its_hint():
             return "rows_not_normalised"
         return "nan_gradient" if torch.isnan(grads).any() else "correct"
 
-    assert_mistake("ch03_ex8", positive_leak, "a leak looked for as a positive weight only")
-    reasons = [r.reason for r in failed_checks("ch03_ex8", positive_leak)]
+    assert_mistake("ch03_ex6", positive_leak, "a leak looked for as a positive weight only")
+    reasons = [r.reason for r in failed_checks("ch03_ex6", positive_leak)]
     assert reasons and all("expected 'weight_on_masked_keys', got 'correct'" in r for r in reasons), reasons
 
 
-def test_ch03_ex8_a_wrong_label_is_named_beside_the_expected_one():
+def test_ch03_ex6_a_wrong_label_is_named_beside_the_expected_one():
     """The reason of a failed check names the call, the label the contract gives it and the answer's."""
     def no_nan_test(weights, grads, valid_lens):
         return "correct"
 
-    reasons = [r.reason for r in failed_checks("ch03_ex8", no_nan_test)]
+    reasons = [r.reason for r in failed_checks("ch03_ex6", no_nan_test)]
     assert len(reasons) == 3
     assert all(r.startswith("call 3 of ") and r.endswith("expected 'nan_weights', got 'correct'")
                for r in reasons), reasons
-    number = [r.reason for r in failed_checks("ch03_ex8", lambda weights, grads, valid_lens: 3)]
+    number = [r.reason for r in failed_checks("ch03_ex6", lambda weights, grads, valid_lens: 3)]
     assert all("expected a str" in r for r in number), number
 
 # ------------------------------------------------------------- every check hint of the chapter
@@ -625,11 +600,11 @@ CONTRACT_ORDER = ["nan_weights", "weights_on_empty_row", "weight_on_masked_keys"
 
 
 @pytest.mark.parametrize("swap", [1, 2, 3])
-def test_ch03_ex8_rules_tested_in_another_order_fail(swap):
+def test_ch03_ex6_rules_tested_in_another_order_fail(swap):
     """A blind solver swapped neighbouring rules and passed every check: no input showed two failures at
     once. Three implementations now show two each (an empty row and a leak; a leak and rows not summing
     to 1; rows not summing to 1 and NaN gradients)."""
-    passes_everywhere("ch03_ex8", _diagnosis_in_order(CONTRACT_ORDER))
+    passes_everywhere("ch03_ex6", _diagnosis_in_order(CONTRACT_ORDER))
     order = list(CONTRACT_ORDER)
     order[swap], order[swap + 1] = order[swap + 1], order[swap]
-    assert failed_checks("ch03_ex8", _diagnosis_in_order(order))
+    assert failed_checks("ch03_ex6", _diagnosis_in_order(order))

@@ -1,4 +1,4 @@
-r"""ch03_ex3: Additive attention as a module.
+r"""ch03_ex2: Additive attention as a module.
 
 Write a class `AdditiveAttention(nn.Module)`.
 
@@ -10,9 +10,11 @@ Write a class `AdditiveAttention(nn.Module)`.
   `(batch, num_queries, query_size)`, keys `(batch, num_keys, key_size)`, values
   `(batch, num_keys, d_v)` and `valid_lens` as in Exercise 1. It scores every pair with
   $\mathbf{w}_v^\top\tanh(\mathbf{W}_q\mathbf{q}+\mathbf{W}_k\mathbf{k})$, masks with
-  `attn.masked_softmax` (as in Exercise 2, so that the checks of this exercise run on the
-  course's masked softmax, whatever your answer to Exercise 1) and returns the tuple
-  `(output, weights)` with shapes `(batch, num_queries, d_v)` and `(batch, num_queries, num_keys)`.
+  `attn.masked_softmax` (the package's finished version of Exercise 1, so that the checks
+  of this exercise run on the course's masked softmax, whatever your answer to Exercise 1;
+  a release that withholds the package's version runs your own `masked_softmax` when you
+  call `attn.masked_softmax` in your own cells) and returns the tuple `(output, weights)`
+  with shapes `(batch, num_queries, d_v)` and `(batch, num_queries, num_keys)`.
 
 The checks load given values into your parameters, so the order in which you create the
 layers does not matter, but their names do.
@@ -246,7 +248,7 @@ class _AddAltExpand(nn.Module):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch03_ex3", title="Additive attention as a module", name="AdditiveAttention",
+    label="ch03_ex2", title="Additive attention as a module", name="AdditiveAttention",
     reference=F_att.AdditiveAttention, kind="class", points=1,
     checks=[
         Check("parameters W_q, W_k, w_v with the right shapes and no biases", _add_params, seed=0,

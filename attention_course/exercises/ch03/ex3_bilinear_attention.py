@@ -1,4 +1,4 @@
-r"""ch03_ex5: Luong's general score as a module.
+r"""ch03_ex3: Luong's general score as a module.
 
 The table above mentions a third way to score a pair, the "general" score of
 {footcite:t}`luong2015`: a learned matrix $\mathbf{W}$ between query and key,
@@ -25,6 +25,7 @@ dot-product attention (unscaled); the checks try that too.
 from __future__ import annotations
 
 import math
+import warnings
 
 from torch import nn
 from torch.nn import functional as F
@@ -158,6 +159,39 @@ class _BilNoMask(BilinearAttention):
         return super().forward(queries, keys, values, None)
 
 
+_T_HINT = ("keys.T on a 3-D tensor reverses all three axes: keys of shape (batch, num_keys, key_size) "
+           "became (key_size, num_keys, batch), which cannot multiply (queries @ W) of shape (batch, "
+           "num_queries, key_size) (or pairs the wrong axes when the sizes happen to agree). The product "
+           "needs keys of shape (batch, key_size, num_keys): swap only the last two axes, with "
+           "keys.transpose(-2, -1) (or keys.mT).")
+
+
+def _reversed(keys):
+    """keys.T, without torch's deprecation warning (printed in a student's notebook whenever the
+    kept mistakes run on a failed check)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return keys.T
+
+
+@mistakes.keep("keys.T on 3-D keys", _T_HINT)
+class _BilKeysT(BilinearAttention):
+    def forward(self, queries, keys, values, valid_lens=None):
+        _bil_validate(self, queries, keys)
+        scores = queries @ self.W @ _reversed(keys)
+        weights = F_att.masked_softmax(scores, valid_lens)
+        return weights @ values, weights
+
+
+@mistakes.keep("keys.T on 3-D keys, in torch.bmm", _T_HINT)
+class _BilKeysTBmm(BilinearAttention):
+    def forward(self, queries, keys, values, valid_lens=None):
+        _bil_validate(self, queries, keys)
+        scores = torch.bmm(queries @ self.W, _reversed(keys))
+        weights = F_att.masked_softmax(scores, valid_lens)
+        return torch.bmm(weights, values), weights
+
+
 @mistakes.keep("nn.Bilinear",
                "nn.Bilinear brings its own parameters (W.weight of shape (1, query_size, key_size) and "
                "W.bias); the contract asks for one nn.Parameter named W of shape (query_size, key_size).")
@@ -253,7 +287,7 @@ class _BilAltLoopsFloat64(nn.Module):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch03_ex5", title="Luong's general score as a module", name="BilinearAttention",
+    label="ch03_ex3", title="Luong's general score as a module", name="BilinearAttention",
     reference=BilinearAttention, kind="class", points=2,
     checks=[
         Check("one parameter W of shape (query_size, key_size)", _bil_params, seed=0,

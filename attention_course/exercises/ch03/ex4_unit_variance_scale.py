@@ -1,4 +1,4 @@
-r"""ch03_ex6: A scale for queries and keys of unequal variance.
+r"""ch03_ex4: A scale for queries and keys of unequal variance.
 
 The page divides by $\sqrt{d}$ because the entries of the query and the key have variance 1.
 Derive the scale for the general case and write it as `unit_variance_scale(query_var, key_var)`.
@@ -183,7 +183,7 @@ _HINT = ("this check compares one scale per pair of variance vectors: the varian
          "coordinates; the reason above says what differs.")
 
 register(Exercise(
-    label="ch03_ex6", title="A scale for queries and keys of unequal variance",
+    label="ch03_ex4", title="A scale for queries and keys of unequal variance",
     name="unit_variance_scale", reference=unit_variance_scale, points=2,
     checks=[
         Check("every variance 1 (the page's 1/sqrt(d), for d = 1, 4, 16, 64), then queries of variance 4",

@@ -1,4 +1,4 @@
-r"""ch03_ex7: How attention pooling moves with its query.
+r"""ch03_ex5: How attention pooling moves with its query.
 
 The page shows that a saturated softmax has small gradients, but it never works out how the
 *output* of scaled dot-product attention moves when the query moves. For one query
@@ -465,7 +465,7 @@ _HINT = ("this check compares your Jacobian, one (d_v, d) block per query, with 
          "rtol 1e-4, atol 1e-5); the reason above gives the first entry that differs.")
 
 register(Exercise(
-    label="ch03_ex7", title="How attention pooling moves with its query",
+    label="ch03_ex5", title="How attention pooling moves with its query",
     name="query_jacobian", reference=query_jacobian, points=3,
     checks=[
         Check("one query in 2-D, three keys, values of size 3", _small_calls, seed=_SMALL_SEED,

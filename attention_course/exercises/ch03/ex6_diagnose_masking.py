@@ -1,4 +1,4 @@
-r"""ch03_ex8: Diagnosing a masked softmax from its weights and gradients.
+r"""ch03_ex6: Diagnosing a masked softmax from its weights and gradients.
 
 The chapter shows several ways a masked softmax goes wrong, some of them only on a row whose
 valid length is 0, some only in the backward pass. Here you see no code, only what one
@@ -369,7 +369,7 @@ _HINT = ("this check passes what {} implementations of the masked softmax return
          "each, and compares your label; the reason above says which call got another label.")
 
 register(Exercise(
-    label="ch03_ex8", title="Diagnosing a masked softmax from its weights and gradients",
+    label="ch03_ex6", title="Diagnosing a masked softmax from its weights and gradients",
     name="diagnose_masking", reference=diagnose_masking, points=2,
     checks=[
         Check("twelve implementations, 1-D valid_lens (one length per sequence), float32", _batch_calls(False),
