@@ -361,6 +361,61 @@ def test_ch02_ex5_hints_describe_both_items():
     assert not all_failures("ch02_ex5", local_linear_no_kernel_fixed)
 
 
+
+# ---- ch02_ex5: the closed form is the student's to derive (issue 40: a transfer, no longer a retype)
+
+def test_ch02_ex5_no_statement_or_hint_prints_the_closed_form():
+    exercise = get_exercise("ch02_ex5")
+    texts = [statement("ch02_ex5")] + [c.hint for c in exercise.checks] + [m.hint for m in exercise.mistakes]
+    for text in texts:
+        for closed_form in ("S_0 S_2", "S0 S2", "S_2 - u_i S_1", "S2 - u_i S1", "S_p ="):
+            assert closed_form not in text, (closed_form, text)
+    student = json.loads((Path(__file__).parents[2] / "chapters" / "02_nadaraya_watson.ipynb").read_text())
+    prose = "".join("".join(c["source"]) for c in student["cells"] if c["cell_type"] == "markdown")
+    assert "S_0 S_2 - S_1^2" not in prose and "T_0" not in prose
+
+
+# ---- ch02_ex5: derived by solving the 2 x 2 system for the identity as the values (a correct answer)
+
+def local_linear_identity_solve(queries, keys, values, width):
+    if queries.dim() != 1:
+        raise ValueError("queries must be 1-D")
+    if keys.dim() != 1 or keys.shape != values.shape or keys.numel() < 2:
+        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must be 1-D, same length >= 2")
+    if not width > 0:
+        raise ValueError(f"width must be positive, got {width}")
+    n = keys.numel()
+    rows = []
+    for q in queries.double():
+        u = keys.double() - q
+        w = torch.softmax(-u ** 2 / (2 * width ** 2), dim=0)
+        # the normal equations for every unit vector of values at once: the weights are a's row
+        lhs = torch.tensor([[w.sum(), (w * u).sum()], [(w * u).sum(), (w * u * u).sum()]], dtype=torch.float64)
+        rhs = torch.stack([w, w * u])                        # right-hand sides for v = e_1 ... e_n
+        rows.append(torch.linalg.solve(lhs, rhs)[0])
+    weights = torch.stack(rows).reshape(-1, n)
+    return (weights @ values.double()).float(), weights.float()
+
+
+def test_ch02_ex5_weights_from_the_normal_equations_pass():
+    passes_everywhere("ch02_ex5", local_linear_identity_solve)
+
+
+# ---- ch02_ex5: weights that depend on the values (right predictions, not a linear smoother)
+
+def local_linear_value_dependent(queries, keys, values, width):
+    predictions, _ = local_linear_identity_solve(queries, keys, values, width)
+    nw = torch.softmax(-(queries[:, None] - keys[None, :]) ** 2 / (2 * width ** 2), dim=1)
+    # Nadaraya-Watson weights nudged towards each prediction: weights @ values == predictions
+    shift = (predictions - nw @ values) / (values @ values)
+    return predictions, nw + shift[:, None] * values[None, :]
+
+
+def test_ch02_ex5_weights_that_depend_on_the_values_fail():
+    failures = failed_checks("ch02_ex5", local_linear_value_dependent)
+    assert failures and all(r.mistake is None for r in failures), [(r.check, r.mistake) for r in failures]
+
+
 # ======================================== ch02_ex6
 
 # ---- ch02_ex6: the reference on cases worked by hand

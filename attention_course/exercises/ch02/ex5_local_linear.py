@@ -5,29 +5,28 @@ regression fits a weighted *line* and reads it at the query {footcite:p}`fan1992
 query $q$, choose $a$ and $b$ that minimise
 $\sum_i K_i\,\big(v_i - a - b\,(k_i - q)\big)^2$ with the Gaussian weights
 $K_i = \exp\!\big(-(q - k_i)^2 / (2\,\text{width}^2)\big)$; the prediction is $a$.
-Solving this 2 × 2 least-squares problem gives the prediction as $\sum_i \ell_i v_i$ with
-
-$$
-\ell_i = \frac{K_i\,(S_2 - u_i S_1)}{S_0 S_2 - S_1^2},
-\qquad u_i = k_i - q, \qquad S_p = \sum_j K_j u_j^p .
-$$
+The page does not solve this problem: derive its solution yourself. The prediction turns out to
+be a weighted sum of the values, $a = \sum_j \ell_j v_j$, with weights $\ell_j$ that depend on
+$q$, the keys and the width but not on the values; find those weights.
 
 Write `local_linear(queries, keys, values, width)`.
 
 * `queries`: float32, shape `(m,)`; `keys`, `values`: float32, shape `(n,)` with
   $n \ge 2$, in any order; `width`: a positive Python float.
 * Return `(predictions, weights)`: `weights` float32 of shape `(m, n)`, row $i$ holding
-  the $\ell_j$ of query $i$; `predictions` float32 of shape `(m,)`, equal to
+  the $\ell_j$ of query $i$, so that `weights[i] @ v` is the minimiser's $a$ at query $i$ for
+  every vector `v` of values one could pass; `predictions` float32 of shape `(m,)`, equal to
   `weights @ values`.
 * Raise `ValueError` naming `width` when `width` is not positive, and naming `keys` and
   `values` unless both are 1-D with the same length $\ge 2$.
-* The checks use widths of at least $0.3$ on keys spread over $[0, 5]$, where
-  $S_0 S_2 - S_1^2$ is clearly positive; you need not handle a single dominant key.
-  Multiplying every $K_i$ by one constant does not change $\ell$.
+* The checks use widths of at least $0.3$ on keys spread over $[0, 5]$, where the
+  minimisation has exactly one solution at every query; you need not handle a query at which
+  all but one $K_i$ underflow to 0. Far from the keys every $K_i$ of a query can underflow in
+  float32; multiplying all the $K_i$ of one query by one constant does not change its
+  minimiser.
 
-Every row of weights sums to one, as in attention pooling, but some weights are
-negative. When your function passes, compare it in a cell of your own with Gaussian
-pooling at $x = 0$ and $x = 5$ on the chapter's data (width $0.225$).
+Some of the weights are negative. When your function passes, compare it in a cell of your own
+with Gaussian pooling at $x = 0$ and $x = 5$ on the chapter's data (width $0.225$).
 """
 from __future__ import annotations
 
@@ -155,15 +154,16 @@ mistakes.add("line evaluated at x = 0",
 
 
 mistakes.add("slope term with the wrong sign",
-             "the weights add u_i S1 where the formula subtracts "
-"it, so the rows no longer sum to 1 and a straight line is not reproduced.",
+             "the slope's correction enters your weights with the wrong sign "
+"(a sign lost when b was eliminated): the rows no longer sum to 1 and values on a straight line "
+"are not reproduced.",
              _local_mistake(sign=-1.0))
 
 
 @mistakes.keep("kernel factor K_i left out",
-               "your weights are (S2 - u_i S1) / (S0 S2 - S1^2) without the "
-"kernel factor K_i, so keys far from the query weigh as much as near ones and the rows no "
-"longer sum to 1.")
+               "your weights lack the kernel factor K_i of their own key: the "
+"weighted sums are right, but each key's weight must carry its K_i too, or keys far from the "
+"query weigh as much as near ones and the rows no longer sum to 1.")
 def _local_no_kernel(queries, keys, values, width):
     _validate_local(queries, keys, values, width)
     q, k = queries.double()[:, None], keys.double()[None, :]
@@ -172,6 +172,22 @@ def _local_no_kernel(queries, keys, values, width):
     s0, s1, s2 = (kernel.sum(-1, keepdim=True), (kernel * u).sum(-1, keepdim=True),
                   (kernel * u ** 2).sum(-1, keepdim=True))
     weights = (s2 - u * s1) / (s0 * s2 - s1 ** 2)
+    return (weights @ values.double()).float(), weights.float()
+
+
+@mistakes.keep("the slope read instead of the intercept",
+               "your weights give the slope b of the local line, not its value a at "
+"the query: of the two unknowns the prediction is the one that multiplies 1, so the rows sum "
+"to 1, not 0.")
+def _local_slope_row(queries, keys, values, width):
+    _validate_local(queries, keys, values, width)
+    rows = []
+    for q in queries.double():
+        u = keys.double() - q
+        kernel = torch.exp(-u ** 2 / (2 * float(width) ** 2))
+        design = torch.stack([torch.ones_like(u), u], dim=1)
+        rows.append(torch.linalg.solve(design.T @ (kernel[:, None] * design), design.T * kernel)[1])
+    weights = torch.stack(rows)
     return (weights @ values.double()).float(), weights.float()
 
 
@@ -271,25 +287,28 @@ register(Exercise(
     checks=[
         Check("12 queries inside [0.3, 4.7], 30 noisy keys, width 0.4", _local_calls, seed=0,
               rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
-              hint="compare one row of weights with K_i (S2 - u_i S1) / (S0 S2 - S1^2), u_i = k_i - q, "
-                   "and check that every row sums to 1."),
+              hint="this check compares (predictions, weights) at 12 queries inside the keys: minimise the "
+                   "weighted squares for one query by any means of your own and compare its a with that row's "
+                   "weights @ values, for the check's values and for other values; the reason above names the item that "
+                   "differs."),
         Check("queries at the ends of [0, 5] and in the middle, width 0.3", _local_boundary_calls, seed=1,
               rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
               hint="this check compares (predictions, weights) at queries 0, 0.1, 2.5, 4.9 and 5 with width "
-                   "0.3: row i of weights holds K_j (S2 - u_j S1) / (S0 S2 - S1^2) with u_j = k_j - q_i, "
-                   "and predictions = weights @ values; the reason above names the item that differs."),
+                   "0.3, the first two and the last two outside or at the edge of the keys; row i of weights must "
+                   "give the minimiser's a at query i for any values, and predictions = weights @ values; "
+                   "the reason above names the item that differs."),
         Check("a straight line through unsorted keys is reproduced exactly", _local_line_calls, seed=2,
               rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
               hint="this check's values lie on the line 1.5 - 0.8 x (25 unsorted keys, width 0.5): the "
-                   "predictions lie on that line, and the weights follow the contract's formula with rows "
-                   "summing to 1; the reason above names the item that differs."),
+                   "best line through them is that line, so the predictions lie on it, and the weights are "
+                   "compared too; the reason above names the item that differs."),
         Check("a non-positive width or keys and values of different lengths raise ValueError",
               _local_bad_calls, seed=0, must_mention=_local_mentions, weight=ERROR_WEIGHT,
               hint="calls 1 and 2 pass width 0 and a negative width (name width); calls 3 to 5 keys and "
                    "values of different lengths, not 1-D, or of length 1 (name both)."),
         Check("fresh data, width and queries (hidden)", _local_hidden_calls, public=False, seed=3,
               rtol=_LOCAL_RTOL, atol=_LOCAL_ATOL,
-              hint="a weighted line fitted around each query, its value at the query; weights sum to 1."),
+              hint="a weighted line fitted around each query and read at the query, as in the public checks."),
     ],
     mistakes=list(mistakes),
     alternatives=list(alternatives),
