@@ -5,7 +5,9 @@
 * ``attention_course/`` – a minimal student-facing package: ``checks/calls.py`` (to run a
   check's calls) and ``checks/disable.py`` (to disable the course's answers), ``plotting.py``, ``data.py``, ``functional.py`` and, when they
   exist, ``multihead.py``, ``dates.py`` and ``translation.py`` (chapter 7), ``transformer.py`` (chapter 8),
-  ``kv_cache.py`` and ``efficient.py`` (chapter 9), copied from the installed package;
+  ``kv_cache.py`` and ``efficient.py`` (chapter 9), and the rest of the library, copied from the
+  installed package; ``kernels.py`` (chapter 11, triton) is shipped but imported only on demand
+  (:data:`ON_DEMAND_MODULES`);
   an ``__init__.py`` whose ``check()`` only prints that the checks run at grading
   time. There is **no** registry, no exercise module, no ``checks.checking``: the hidden
   checks, the references and the kept mistakes never reach a child;
@@ -34,6 +36,10 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2]
 # What a child may import, in import order (attention_course.rooms: the library, and of the check
 # engine only running a call and disabling the course's answers). Missing ones are skipped.
 RUNTIME_MODULES = CHILD_MODULES
+# Shipped too, but imported by the zygote only when a submission needs them (before it forks that
+# submission's child: a child cannot read the runtime's files): chapter 11's kernels import triton
+# (about 1 GB installed, the kernels extra), which chapters 1-10 never wait for.
+ON_DEMAND_MODULES = ("kernels",)
 # Data folders of the package that student-facing modules read (e.g. translation.load_pretrained).
 RUNTIME_DATA_DIRS = ("pretrained",)
 DATA_SUFFIXES = (".pt", ".csv", ".txt", ".json")
@@ -91,7 +97,8 @@ _SHIPPABLE = set(RUNTIME_MODULES) | {"checks"}
 
 
 def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
-    """Write the runtime into ``dest``; return (module names shipped, warnings)."""
+    """Write the runtime into ``dest``; return (module names shipped, warnings). The names are those
+    the zygote imports when it starts: :data:`ON_DEMAND_MODULES` are shipped too, not named."""
     from ... import __version__
     dest = Path(dest)
     pkg = dest / "attention_course"
@@ -99,7 +106,7 @@ def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
         shutil.rmtree(pkg)
     pkg.mkdir(parents=True)
     shipped, warnings = [], []
-    for name in RUNTIME_MODULES:
+    for name in RUNTIME_MODULES + ON_DEMAND_MODULES:
         source_path = package_dir / (name.replace(".", "/") + ".py")
         if not source_path.is_file():
             continue
@@ -114,7 +121,8 @@ def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
         if target.parent != pkg and not (target.parent / "__init__.py").exists():
             (target.parent / "__init__.py").write_text("", encoding="utf-8")  # a face that imports nothing
         target.write_text(source, encoding="utf-8")
-        shipped.append(name)
+        if name in RUNTIME_MODULES:
+            shipped.append(name)
     for name in RUNTIME_DATA_DIRS:
         folder = package_dir / name
         if folder.is_dir():
@@ -127,4 +135,5 @@ def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:
     shutil.copyfile(Path(__file__).with_name("walls.py"), dest / "_ac_walls.py")
     shutil.copyfile(Path(__file__).with_name("syscalls.py"), dest / "_ac_syscalls.py")
     shutil.copyfile(Path(__file__).with_name("child_io.py"), dest / "_ac_child_io.py")
+    shutil.copyfile(Path(__file__).with_name("ondemand.py"), dest / "_ac_ondemand.py")
     return shipped, warnings

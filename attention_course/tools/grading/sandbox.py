@@ -29,7 +29,7 @@ import torch
 
 from .grader_io import GraderIOError, rmtree as _rmtree, why as _why
 from .outcome_data import MAX_OUTCOME_BYTES, InvalidOutcome, load_outcome
-from .runtime import RUNTIME_DATA_DIRS, RUNTIME_MODULES, build_runtime
+from .runtime import ON_DEMAND_MODULES, RUNTIME_DATA_DIRS, RUNTIME_MODULES, build_runtime
 
 SYSTEM_READ_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo")
 SYSTEM_READ_FILES = ("/etc/ld.so.cache", "/etc/localtime")
@@ -276,6 +276,8 @@ class Sandbox:
         config = {
             "runtime": str(runtime),
             "runtime_modules": shipped,
+            "on_demand_modules": [m for m in ON_DEMAND_MODULES
+                                  if (runtime / "attention_course" / (m.replace(".", "/") + ".py")).is_file()],
             "site_dirs": site_dirs(),
             "read_paths": read_paths(tuple(str(runtime / "attention_course" / d) for d in RUNTIME_DATA_DIRS
                                            if (runtime / "attention_course" / d).is_dir())),

@@ -64,10 +64,12 @@ import time
 if __package__:
     from .walls import *  # noqa: F401,F403
     from .child_io import ChildPipes, write_frame
+    from . import ondemand  # chapter 11's triton, imported on demand; cells' source kept in linecache
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _ac_walls import *  # noqa: F401,F403
     from _ac_child_io import ChildPipes, write_frame
+    import _ac_ondemand as ondemand
 
 # The whole, fixed environment of a child: nothing tells it that it is being graded.
 CHILD_ENV_KEYS = ("HOME", "LANG", "LC_ALL", "MPLBACKEND", "OMP_NUM_THREADS", "PATH", "TMPDIR")
@@ -118,6 +120,7 @@ def _child(req: dict, state: dict) -> None:
         os.environ.clear()
         os.environ.update({"HOME": scratch, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "MPLBACKEND": "Agg",
                            "OMP_NUM_THREADS": "1", "PATH": "/usr/local/bin:/usr/bin:/bin", "TMPDIR": scratch})
+        os.environ.update(ondemand.child_environment(state, scratch))  # TRITON_INTERPRET once triton is in
         import tempfile
         tempfile.tempdir = scratch
         import resource
@@ -220,6 +223,12 @@ def _run_student(req: dict, state: dict) -> int:
 
     write()
     sources = {"<setup cell>": req["setup"], f"<exercise {req['label']}>": req["code"]}
+    ondemand.remember_sources(sources)
+    if ondemand.refusal(req, state):
+        result["error"] = {"type": "ImportError", "mro": ["ImportError", "Exception", "BaseException", "object"],
+                           "message": ondemand.refusal(req, state), "where": ""}
+        write()
+        return 0
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(compile(req["setup"], "<setup cell>", "exec"), namespace)
@@ -324,6 +333,9 @@ def _serve_one(req: dict, state: dict) -> tuple:
     own = req.get("student_calls_path")
     if own and state["student_calls"][0] != own:  # one student's at a time: a class of any size fits
         state["student_calls"] = (own, torch.load(own, weights_only=True))
+    req = dict(req, needs=ondemand.needed(req, state.get("on_demand_names", ())))
+    for name in req["needs"]:  # before the fork and its clock: the child inherits what the zygote imported
+        ondemand.load(name, state)
     sys.stdout.flush()
     sys.stderr.flush()
     start = time.monotonic()
@@ -563,6 +575,7 @@ def main() -> int:
     _probe_seccomp(state, warnings)
     _probe_namespaces(state, config, warnings)
     state["outcome_cap"] = int(config.get("outcome_cap", 64 << 20))
+    state["on_demand_names"] = list(config.get("on_demand_modules", ()))
     del attention_course
     os.write(reply_fd, (json.dumps({"ready": True, "pid": os.getpid(), "landlock_abi": state["abi"],
                                     "protections": _protections(state),
