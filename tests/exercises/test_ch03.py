@@ -368,35 +368,50 @@ def _ex6_reference():
     return next(e for e in all_exercises(3) if e.label == "ch03_ex6").reference
 
 
+FAILURES = ("nan_weights", "weights_on_empty_row", "weight_on_masked_keys", "rows_not_normalised", "nan_gradient")
+
+
+def _only(*names):
+    return {name: name in names for name in FAILURES}
+
+
+def _per_row(weights, valid_lens):
+    """(lengths per row, masked key positions, empty rows), written here as a student would."""
+    b, q, k = weights.shape
+    lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
+    return lens, torch.arange(k) >= lens[..., None], lens == 0
+
+
 def test_ch03_ex6_reference_on_cases_made_by_hand():
-    """Two sequences, 3 keys, lengths (0, 2), one query each: each label from weights written by hand,
-    and the order of the labels where two apply."""
+    """Two sequences, 3 keys, lengths (0, 2), one query each: each finding from weights written by hand,
+    several at once where several apply."""
     lens = torch.tensor([0, 2])
     good = torch.tensor([[[0.0, 0.0, 0.0]], [[0.25, 0.75, 0.0]]])
     finite = torch.zeros(2, 1, 3)
     nan_grads = finite.clone()
     nan_grads[0] = float("nan")
-    label = _ex6_reference()
-    assert label(good, finite, lens) == "correct"
-    assert label(good.double(), finite.double(), lens[:, None]) == "correct"          # 2-D lengths
-    assert label(good, nan_grads, lens) == "nan_gradient"
+    diagnose = _ex6_reference()
+    assert diagnose(good, finite, lens) == _only()
+    assert diagnose(good.double(), finite.double(), lens[:, None]) == _only()                 # 2-D lengths
+    assert diagnose(good, nan_grads, lens) == _only("nan_gradient")
     nan_weights = good.clone()
-    nan_weights[0] = float("nan")
-    assert label(nan_weights, nan_grads, lens) == "nan_weights"                        # first in order
+    nan_weights[0] = float("nan")                                  # NaN on the empty row is not 0 there
+    assert diagnose(nan_weights, nan_grads, lens) == _only("nan_weights", "weights_on_empty_row", "nan_gradient")
     uniform = good.clone()
     uniform[0] = 1 / 3
-    assert label(uniform, finite, lens) == "weights_on_empty_row"
+    assert diagnose(uniform, finite, lens) == _only("weights_on_empty_row")
     leak = torch.tensor([[[0.0, 0.0, 0.0]], [[0.25, 0.75, 1e-14]]])
-    assert label(leak, finite, lens) == "weight_on_masked_keys"                       # however small
+    assert diagnose(leak, finite, lens) == _only("weight_on_masked_keys")                    # however small
     short = torch.tensor([[[0.0, 0.0, 0.0]], [[0.25, 0.70, 0.0]]])
-    assert label(short, nan_grads, lens) == "rows_not_normalised"                      # before the gradient
+    assert diagnose(short, nan_grads, lens) == _only("rows_not_normalised", "nan_gradient")
     within = torch.tensor([[[0.0, 0.0, 0.0]], [[0.25, 0.75 + 5e-5, 0.0]]])
-    assert label(within, finite, lens) == "correct"                                    # sums within 1e-4
+    assert diagnose(within, finite, lens) == _only()                                           # within 1e-4
+    assert all(type(v) is bool for v in diagnose(short, nan_grads, lens).values())
 
 
 def test_ch03_ex6_a_finite_fill_that_leaks_exactly_zero_is_correct():
     """The contract judges numbers, not methods: a -1e9 fill with the empty rows zeroed afterwards gives
-    exact zeros at the masked keys and a zero gradient, so it is "correct"; a -1e6 fill left alone puts
+    exact zeros at the masked keys and a zero gradient, so nothing is found; a -1e6 fill left alone puts
     uniform weights on the empty row."""
     g = torch.Generator().manual_seed(3)
     scores = torch.randn(2, 3, 4, generator=g)
@@ -412,49 +427,78 @@ def test_ch03_ex6_a_finite_fill_that_leaks_exactly_zero_is_correct():
         (weights * probe).sum().backward()
         return weights.detach(), leaf.grad
 
-    assert _ex6_reference()(*observe(-1e9, True), lens) == "correct"
-    assert _ex6_reference()(*observe(-1e6, False), lens) == "weights_on_empty_row"
+    assert _ex6_reference()(*observe(-1e9, True), lens) == _only()
+    assert _ex6_reference()(*observe(-1e6, False), lens) == _only("weights_on_empty_row")
+
+
+def test_ch03_ex6_the_old_contracts_first_label_chain_gets_the_several_failures_hint():
+    """Issue 40, item 2: the exercise used to give the labels in order and ask for the first that applies.
+    An if/elif chain written that way reports one failure where the -inf fill shows two (NaN weights
+    on its empty row), and so do the last three implementations; the hint says that each entry is judged on its own."""
+    def first_only(weights, grads, valid_lens):
+        lens, masked, empty = _per_row(weights, valid_lens)
+        found = dict.fromkeys(FAILURES, False)
+        if torch.isnan(weights).any():
+            found["nan_weights"] = True
+        elif (weights[empty] != 0).any():
+            found["weights_on_empty_row"] = True
+        elif (weights[masked & ~empty[..., None]] != 0).any():
+            found["weight_on_masked_keys"] = True
+        elif ((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any():
+            found["rows_not_normalised"] = True
+        elif torch.isnan(grads).any():
+            found["nan_gradient"] = True
+        return found
+
+    assert_mistake("ch03_ex6", first_only, "only the first failure reported")
+    assert len(failed_checks("ch03_ex6", first_only)) == 3
 
 
 def test_ch03_ex6_finite_weights_only_gets_the_gradient_hint():
     """A student tests the weights with isfinite and never reads grads: the additive -inf mask passes
-    for "correct", and the hint says that the gradients are part of the diagnosis."""
+    for correct, and the hint says that the gradients are part of the diagnosis."""
     def weights_only(weights, grads, valid_lens):
         rows = weights.reshape(-1, weights.shape[-1])
         lens = valid_lens.reshape(weights.shape[0], -1).expand(weights.shape[:2]).reshape(-1)
-        if not torch.isfinite(rows).all():
-            return "nan_weights"
+        found = dict.fromkeys(FAILURES, False)
+        found["nan_weights"] = not bool(torch.isfinite(rows).all())
         for row, n in zip(rows, lens.tolist()):
-            if n == 0 and row.abs().sum() > 0:
-                return "weights_on_empty_row"
-        for row, n in zip(rows, lens.tolist()):
-            if n > 0 and (row[n:] != 0).any():
-                return "weight_on_masked_keys"
-        for row, n in zip(rows, lens.tolist()):
+            if n == 0 and bool((row != 0).any()):
+                found["weights_on_empty_row"] = True
+            if n > 0 and bool((row[n:] != 0).any()):
+                found["weight_on_masked_keys"] = True
             if n > 0 and abs(float(row.sum()) - 1) > 1e-4:
-                return "rows_not_normalised"
-        return "correct"
+                found["rows_not_normalised"] = True
+        return found
 
     assert_mistake("ch03_ex6", weights_only, "NaN looked for in the weights only")
+
+
+def test_ch03_ex6_abs_on_an_empty_row_misses_its_nan():
+    """`abs() > 0` is False for NaN: the -inf fill's empty row holds NaN, not zeros, and the contract says
+    that a NaN is not 0."""
+    def abs_positive(weights, grads, valid_lens):
+        lens, masked, empty = _per_row(weights, valid_lens)
+        return {"nan_weights": bool(weights.isnan().any()),
+                "weights_on_empty_row": bool((weights[empty].abs() > 0).any()),
+                "weight_on_masked_keys": bool((weights[masked & ~empty[..., None]] != 0).any()),
+                "rows_not_normalised": bool(((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any()),
+                "nan_gradient": bool(grads.isnan().any())}
+
+    assert_mistake("ch03_ex6", abs_positive, "NaN on an empty row not counted there")
 
 
 def test_ch03_ex6_allclose_to_zero_at_masked_keys_gets_the_tolerance_hint():
     """torch.allclose with its default atol (1e-8) calls a leak of 1e-14 zero."""
     def allclose_zero(weights, grads, valid_lens):
-        b, q, k = weights.shape
-        lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
-        pad = torch.arange(k) >= lens[..., None]
-        empty = (lens == 0)[..., None]
+        lens, pad, empty = _per_row(weights, valid_lens)
         zeros = torch.zeros_like(weights)
-        if torch.isnan(weights).any():
-            return "nan_weights"
-        if not torch.allclose(torch.where(empty, weights, zeros), zeros):
-            return "weights_on_empty_row"
-        if not torch.allclose(torch.where(pad & ~empty, weights, zeros), zeros):
-            return "weight_on_masked_keys"
-        if ((weights.sum(-1) - 1).abs() > 1e-4)[~empty[..., 0]].any():
-            return "rows_not_normalised"
-        return "nan_gradient" if torch.isnan(grads).any() else "correct"
+        on_empty = torch.where(empty[..., None], weights, zeros)
+        return {"nan_weights": bool(torch.isnan(weights).any()),
+                "weights_on_empty_row": not torch.allclose(on_empty, zeros),
+                "weight_on_masked_keys": not torch.allclose(torch.where(pad & ~empty[..., None], weights, zeros), zeros),
+                "rows_not_normalised": bool(((weights.sum(-1) - 1).abs() > 1e-4)[~empty].any()),
+                "nan_gradient": bool(torch.isnan(grads).any())}
 
     assert_mistake("ch03_ex6", allclose_zero, "masked weights compared with a tolerance")
 
@@ -462,53 +506,23 @@ def test_ch03_ex6_allclose_to_zero_at_masked_keys_gets_the_tolerance_hint():
 def test_ch03_ex6_a_tolerance_on_empty_rows_gets_its_hint():
     """Blind solver's gap: empty rows tested with a tolerance of 1e-6 (masked keys exactly). One of the
     checks' implementations scales its empty rows down instead of zeroing them, weights of about 1e-10
-    there: "weights_on_empty_row" by the contract, "correct" by the tolerant test."""
+    there: a failure by the contract, none by the tolerant test."""
     def tolerant_on_empty_rows(weights, grads, valid_lens):
-        b, q, k = weights.shape
-        lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
-        empty = lens == 0
-        if torch.isnan(weights).any():
-            return "nan_weights"
-        if weights[empty].abs().max() > 1e-6:
-            return "weights_on_empty_row"
-        if (weights[(torch.arange(k) >= lens[..., None]) & ~empty[..., None]] != 0).any():
-            return "weight_on_masked_keys"
-        if ((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any():
-            return "rows_not_normalised"
-        return "nan_gradient" if torch.isnan(grads).any() else "correct"
+        lens, masked, empty = _per_row(weights, valid_lens)
+        on_empty = weights[empty]
+        return {"nan_weights": bool(torch.isnan(weights).any()),
+                "weights_on_empty_row": bool(on_empty.isnan().any()) or float(on_empty.abs().max()) > 1e-6,
+                "weight_on_masked_keys": bool((weights[masked & ~empty[..., None]] != 0).any()),
+                "rows_not_normalised": bool(((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any()),
+                "nan_gradient": bool(torch.isnan(grads).any())}
 
     assert_mistake("ch03_ex6", tolerant_on_empty_rows, "empty rows compared with a tolerance")
     for seed in (11, 2026):
         assert failed_checks("ch03_ex6", tolerant_on_empty_rows, seed), seed
 
 
-def test_ch03_ex6_gradient_looked_at_first_fails():
-    """A loophole: the labels are right, but NaN gradients are tested before the weights, so the plain
-    -inf fill (NaN weights and NaN gradients) gets "nan_gradient"; and a constant answer fails."""
-    def gradient_first(weights, grads, valid_lens):
-        if torch.isnan(grads).any():
-            return "nan_gradient"
-        b, q, k = weights.shape
-        lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
-        empty = lens == 0
-        if (weights[empty] != 0).any():
-            return "weights_on_empty_row"
-        if (weights[(torch.arange(k) >= lens[..., None]) & ~empty[..., None]] != 0).any():
-            return "weight_on_masked_keys"
-        if ((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any():
-            return "rows_not_normalised"
-        return "correct"
-
-    assert len(failed_checks("ch03_ex6", gradient_first)) == 3
-    assert len(failed_checks("ch03_ex6", lambda weights, grads, valid_lens: "correct")) == 3
-
-
 def test_ch03_ex6_set_of_findings_passes_everywhere():
-    """A correct answer in another style: every finding collected per row into a set, the first of the
-    contract's order returned."""
-    order = ["nan_weights", "weights_on_empty_row", "weight_on_masked_keys", "rows_not_normalised",
-             "nan_gradient"]
-
+    """A correct answer in another style: every finding collected per row into a set."""
     def findings(weights, grads, valid_lens):
         b, q, k = weights.shape
         lens = valid_lens.view(b, -1).expand(b, q)
@@ -516,58 +530,64 @@ def test_ch03_ex6_set_of_findings_passes_everywhere():
         for (i, j), n in zip(torch.cartesian_prod(torch.arange(b), torch.arange(q)).tolist(), lens.flatten().tolist()):
             w = weights[i, j].double()
             if w.isnan().any():
-                seen.add(order[0])
-            elif n == 0 and w.count_nonzero():
-                seen.add(order[1])
-            elif n > 0 and w[n:].count_nonzero():
-                seen.add(order[2])
-            elif n > 0 and (w.sum() - 1).abs() > 1e-4:
-                seen.add(order[3])
+                seen.add("nan_weights")
+            if n == 0 and (w != 0).any():
+                seen.add("weights_on_empty_row")
+            if n > 0 and w[n:].count_nonzero():
+                seen.add("weight_on_masked_keys")
+            if n > 0 and (w.sum() - 1).abs() > 1e-4:
+                seen.add("rows_not_normalised")
             if grads[i, j].isnan().any():
-                seen.add(order[4])
-        return min(seen, key=order.index) if seen else "correct"
+                seen.add("nan_gradient")
+        return {name: name in seen for name in FAILURES}
 
     passes_everywhere("ch03_ex6", findings)
 
 
 def test_ch03_ex6_a_leak_looked_for_as_positive_only_gets_its_hint():
     """A student writes `> 0` for a leak: one implementation leaks negative weights (about -1e-14) at
-    masked keys, and that call must get "weight_on_masked_keys", not "correct"."""
+    masked keys, and that call must find weight_on_masked_keys."""
     def positive_leak(weights, grads, valid_lens):
-        b, q, k = weights.shape
-        lens = (valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens).expand(b, q)
-        if torch.isnan(weights).any():
-            return "nan_weights"
-        for i in range(b):
-            for j in range(q):
-                if int(lens[i, j]) == 0 and (weights[i, j] != 0).any():
-                    return "weights_on_empty_row"
-        for i in range(b):
-            for j in range(q):
+        lens, masked, empty = _per_row(weights, valid_lens)
+        found = dict.fromkeys(FAILURES, False)
+        found["nan_weights"] = bool(torch.isnan(weights).any())
+        found["nan_gradient"] = bool(torch.isnan(grads).any())
+        for i in range(weights.shape[0]):
+            for j in range(weights.shape[1]):
                 n = int(lens[i, j])
+                if n == 0 and (weights[i, j] != 0).any():
+                    found["weights_on_empty_row"] = True
                 if n > 0 and (weights[i, j, n:] > 0).any():
-                    return "weight_on_masked_keys"
-        sums = weights.sum(-1)
-        if ((sums - 1).abs() > 1e-4)[lens > 0].any():
-            return "rows_not_normalised"
-        return "nan_gradient" if torch.isnan(grads).any() else "correct"
+                    found["weight_on_masked_keys"] = True
+                if n > 0 and abs(float(weights[i, j].sum()) - 1) > 1e-4:
+                    found["rows_not_normalised"] = True
+        return found
 
     assert_mistake("ch03_ex6", positive_leak, "a leak looked for as a positive weight only")
     reasons = [r.reason for r in failed_checks("ch03_ex6", positive_leak)]
-    assert reasons and all("expected 'weight_on_masked_keys', got 'correct'" in r for r in reasons), reasons
+    assert reasons and all("'weight_on_masked_keys' should be True, got False" in r for r in reasons), reasons
 
 
-def test_ch03_ex6_a_wrong_label_is_named_beside_the_expected_one():
-    """The reason of a failed check names the call, the label the contract gives it and the answer's."""
-    def no_nan_test(weights, grads, valid_lens):
-        return "correct"
+def test_ch03_ex6_a_wrong_entry_is_named_with_its_call():
+    """The reason of a failed check names the call and the entry that differs; a string (the old
+    contract's label) or tensor booleans are named as the wrong type; a constant answer fails every
+    public check."""
+    def nothing_found(weights, grads, valid_lens):
+        return dict.fromkeys(FAILURES, False)
 
-    reasons = [r.reason for r in failed_checks("ch03_ex6", no_nan_test)]
+    reasons = [r.reason for r in failed_checks("ch03_ex6", nothing_found)]
     assert len(reasons) == 3
-    assert all(r.startswith("call 3 of ") and r.endswith("expected 'nan_weights', got 'correct'")
+    assert all(r.startswith("call 3 of ") and r.endswith("'nan_weights' should be True, got False")
                for r in reasons), reasons
-    number = [r.reason for r in failed_checks("ch03_ex6", lambda weights, grads, valid_lens: 3)]
-    assert all("expected a str" in r for r in number), number
+    label = [r.reason for r in failed_checks("ch03_ex6", lambda weights, grads, valid_lens: "correct")]
+    assert len(label) == 3 and all("returned a str, expected a dict of five bools" in r for r in label), label
+
+    def tensor_bools(weights, grads, valid_lens):
+        return {name: torch.tensor(False) for name in FAILURES}
+
+    typed = [r.reason for r in failed_checks("ch03_ex6", tensor_bools)]
+    assert typed and all("expected a Python bool" in r for r in typed), typed
+
 
 # ------------------------------------------------------------- every check hint of the chapter
 
@@ -576,35 +596,3 @@ def test_ch03_check_hints_describe_rather_than_blame(exercise):
     for check in exercise.checks:
         for words in BLAMING:
             assert words not in check.hint.lower(), (exercise.label, check.name, words)
-
-
-def _diagnosis_in_order(order):
-    """A hand-written diagnosis that tests the rules in ``order`` (names of the contract's labels)."""
-    def diagnose(weights, grads, valid_lens):
-        batch, num_queries, num_keys = weights.shape
-        lens = valid_lens.reshape(batch, -1).expand(batch, num_queries)
-        empty, masked = lens == 0, torch.arange(num_keys) >= lens[..., None]
-        found = {
-            "nan_weights": bool(torch.isnan(weights).any()),
-            "weights_on_empty_row": bool((weights[empty] != 0).any()),
-            "weight_on_masked_keys": bool((weights[masked & ~empty[..., None]] != 0).any()),
-            "rows_not_normalised": bool(((weights.sum(-1)[~empty] - 1).abs() > 1e-4).any()),
-            "nan_gradient": bool(torch.isnan(grads).any()),
-        }
-        return next((label for label in order if found[label]), "correct")
-    return diagnose
-
-
-CONTRACT_ORDER = ["nan_weights", "weights_on_empty_row", "weight_on_masked_keys", "rows_not_normalised",
-                  "nan_gradient"]
-
-
-@pytest.mark.parametrize("swap", [1, 2, 3])
-def test_ch03_ex6_rules_tested_in_another_order_fail(swap):
-    """A blind solver swapped neighbouring rules and passed every check: no input showed two failures at
-    once. Three implementations now show two each (an empty row and a leak; a leak and rows not summing
-    to 1; rows not summing to 1 and NaN gradients)."""
-    passes_everywhere("ch03_ex6", _diagnosis_in_order(CONTRACT_ORDER))
-    order = list(CONTRACT_ORDER)
-    order[swap], order[swap + 1] = order[swap + 1], order[swap]
-    assert failed_checks("ch03_ex6", _diagnosis_in_order(order))

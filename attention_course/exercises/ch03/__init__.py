@@ -16,13 +16,14 @@ ch03_ex5  query_jacobian(queries, keys, values) -> (m, d_v, d): d output / d que
           recomputes it); they cannot forbid autograd, so the statement asks for the formula.
           Centring one side is enough (sum_i a_i (k_i - kbar) = 0): "values not centred" is a kept
           alternative, not a mistake
-ch03_ex6  diagnose_masking(weights, grads, valid_lens) -> one of six labels: what is wrong with a
-          masked softmax, judged only from what it returned on a batch with an empty row (NaN
-          weights, weights on an empty row, exact leaks onto masked keys, rows not summing to 1,
-          NaN gradients, or "correct"); a diagnosis (TRANSFER: the page prints the failures one at a
-          time, never how to tell them apart from plain data). The checks pass the outputs of seven
-          implementations kept in the module (the package's, a -1e9 fill with empty rows zeroed,
-          which is "correct", and five broken ones)
+ch03_ex6  diagnose_masking(weights, grads, valid_lens) -> a dict of five bools: every way in which a
+          masked softmax is wrong, judged only from what it returned on a batch with an empty row
+          (NaN weights, weights on an empty row, exact leaks onto masked keys, rows not summing to
+          1, NaN gradients), each on its own; a diagnosis (TRANSFER: the page prints the failures
+          one at a time, never how to tell them apart from plain data; no order is given, and
+          several implementations fail in two ways at once, so an if/elif chain is a kept
+          mistake). The checks pass the outputs of twelve implementations kept in the module
+          (two correct, among them a -1e9 fill with empty rows zeroed, and ten broken ones)
 
 The references of ex1 and ex2 are the finished building blocks of
 :mod:`attention_course.functional`. A row whose valid length is 0 gets all-zero
