@@ -83,3 +83,24 @@ def test_a_grader_error_is_never_a_silent_zero_on_gradescope(tmp_path, monkeypat
     results = json.loads((gs / "results" / "results.json").read_text())
     assert results["output"].startswith("The grader hit an error of its own on ch01_ex1")
     assert "not a judgement of your code" in results["output"]
+
+
+def test_only_chapter_11s_zip_installs_the_kernels_extra(tmp_path):
+    """Chapter 11's kernels are graded in triton's interpreter: its zip installs triton, pinned as the
+    kernels extra pins it; a chapter 1-10 zip stays as small as the base install."""
+    from attention_course.tools.grading.gradescope import build_zip
+    pinned = (ROOT / "requirements-kernels.txt").read_text()
+    assert "triton==3.9.0\n" in pinned
+    for chapter in (1, 10, 11):
+        if not all_exercises(chapter):
+            continue
+        zip_path = tmp_path / f"ch{chapter}.zip"
+        build_zip(chapter, zip_path, seed=1, root=ROOT)
+        with zipfile.ZipFile(zip_path) as zf:
+            requirements = zf.read("requirements.txt").decode()
+            setup = zf.read("setup.sh").decode()
+        assert "torch==2.13.0\n" in requirements and "-r /autograder/source/requirements.txt" in setup
+        if chapter == 11:
+            assert "triton==3.9.0\n" in requirements, requirements
+        else:
+            assert "triton" not in requirements, (chapter, requirements)

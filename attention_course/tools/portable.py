@@ -26,7 +26,7 @@ from typing import Optional
 from ..checks.registry import LABEL_RE as _LABEL_RE
 from .bibliography import Bibliography
 from .course_files import TOOLKIT, TOOLKIT_SOURCE, read_solution, render
-from .course_settings import INSTALL_TAG, CourseSettings, course_settings, install_cell_source
+from .course_settings import INSTALL_TAG, CourseSettings, course_settings, install_cell_source, needs_kernels
 from .notebook import NotebookError, _src, _tags, directive_labels, read_notebook
 
 _FENCE_RE = re.compile(r"^(?P<indent>[ \t]{0,3})(?P<fence>`{3,}|~{3,}|:{3,})[ \t]*(?P<info>[^\n]*?)[ \t]*$")
@@ -334,7 +334,7 @@ def make_portable(cells: list, where: str, settings: CourseSettings) -> list:
             ctx.where = f"{where}, cell {index}"
             cell.source = portable_markdown(_src(cell), ctx)
         if cell.cell_type == "code" and "setup" in _tags(cell) and not any(INSTALL_TAG in _tags(c) for c in out):
-            install = nbformat.v4.new_code_cell(install_cell_source(settings))
+            install = nbformat.v4.new_code_cell(install_cell_source(settings, kernels=needs_kernels(cells)))
             install.metadata["tags"] = [INSTALL_TAG]
             install["id"] = "install-course-package"  # stable, so the file is too
             out.append(install)

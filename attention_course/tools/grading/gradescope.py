@@ -7,7 +7,9 @@
   Python 3.11 or newer (the image's ``python3``, or Ubuntu's ``python3.11`` where that is older);
 * ``run_autograder`` – grades ``$AUTOGRADER_ROOT/submission/*.ipynb`` (default root
   ``/autograder``) and writes ``$AUTOGRADER_ROOT/results/results.json``;
-* ``requirements.txt``, ``autograder.json`` (chapter, seed, limits);
+* ``requirements.txt``, ``autograder.json`` (chapter, seed, limits); for a chapter in
+  :data:`KERNELS_CHAPTERS` (chapter 11) the requirements add the kernels extra (``triton==3.9.0``,
+  from ``requirements-kernels.txt``): the grader runs its kernels in triton's interpreter on the CPU;
 * ``attention_course/`` – the course package, hidden checks included (they stay in
   the grader's process; the sandboxed child only sees the student-facing runtime);
 * ``chapters/NN_*.ipynb`` – the chapter's student notebook (its setup cell is the
@@ -36,6 +38,9 @@ from typing import Optional
 from .runtime import PACKAGE_DIR
 
 DEFAULT_PINS = {"torch": "2.13.0", "numpy": "2.4.6", "matplotlib": "3.11.2"}
+# Chapters whose kernels need the kernels extra (triton, about 1 GB): only their zips install it.
+KERNELS_CHAPTERS = (11,)
+KERNELS_PINS = {"triton": "3.9.0"}
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image.
@@ -56,7 +61,8 @@ if ! "$PY" -m venv /autograder/venv; then
     "$PY" -m venv --clear /autograder/venv
 fi
 "$PY" --version
-# torch is pinned exactly and taken from PyTorch's CPU index (no CUDA build).
+# torch is pinned exactly and taken from PyTorch's CPU index (no CUDA build); chapter 11's
+# requirements add triton (its kernels are graded in triton's interpreter, on the CPU).
 /autograder/venv/bin/python -m pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \\
     -r /autograder/source/requirements.txt
 """
@@ -90,6 +96,18 @@ def requirement_pins(root: Path) -> dict:
     return pins
 
 
+def kernels_pins(root: Path) -> dict:
+    """The kernels extra's pins (``requirements-kernels.txt``, else :data:`KERNELS_PINS`)."""
+    pins = dict(KERNELS_PINS)
+    path = root / "requirements-kernels.txt"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            m = re.match(r"^\s*(triton)==([\w.+-]+)", line)
+            if m:
+                pins[m.group(1)] = m.group(2)
+    return pins
+
+
 def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, memory_mb: int = 1024,
               jobs: int = 1, extra_checks: Optional[Path] = None, root: Optional[Path] = None,
               hidden_visibility: str = "after_published") -> list:
@@ -102,6 +120,8 @@ def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, m
         from .grader import build_plan
         build_plan(chapter, seed, extra_checks, root)  # fail now, not on Gradescope
     pins = requirement_pins(root)
+    if chapter in KERNELS_CHAPTERS:
+        pins.update(kernels_pins(root))
     from .reports import HIDDEN_VISIBILITIES
     if hidden_visibility not in HIDDEN_VISIBILITIES:
         raise ValueError(f"--hidden-visibility must be one of {', '.join(HIDDEN_VISIBILITIES)}, "
