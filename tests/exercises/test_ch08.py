@@ -16,9 +16,8 @@ From issue 10, the findings of the independent chapter-8 solver "d":
   mistakes with their own hints;
 * ch08_ex3: the contract says the block hides exactly what self_mask marks; a block that ORs
   its own causal mask onto self_mask fails the padding-only check, with its own hint;
-* ch08_ex4: the contract fixes queries_per_head's layout; num_parameters must be an int and
-  the shapes tuples of ints (a separate low-weight check with a plain reason; the value checks
-  compare values only, so a list fails the type check alone, like a float);
+* ch08_ex4 (then a shapes exercise; issue 40 replaced it by an accounting of the parameters with
+  tied embeddings): the counts must be ints, in a separate low-weight check with a plain reason;
 * ch08_ex5: the encode-once check no longer blames re-encoding for int32 tokens or a dropped
   <eos>; clearing the <eos> step itself is a kept mistake with its own hint.
 
@@ -333,128 +332,116 @@ def test_ch08_ex3_contract_says_self_mask_is_used_as_given():
 
 # ------------------------------------------------------------------ ch08_ex4
 
-def _student_shapes(**change):
-    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab,
-                               tgt_vocab):
+def _tied_model(d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab, tie):
+    model = tf.Transformer(src_vocab, tgt_vocab, d_model, num_heads, num_layers, d_ff)
+    if tie != "none":
+        model.out.weight = model.tgt_embedding.weight
+    if tie == "all":
+        model.src_embedding.weight = model.tgt_embedding.weight
+    return model
+
+
+@pytest.mark.parametrize("sizes", [(8, 2, 16, 2, 20, 12, "none"), (8, 2, 16, 2, 20, 12, "output"),
+                                   (12, 4, 24, 1, 15, 15, "all"), (6, 3, 5, 3, 9, 30, "output"),
+                                   (4, 1, 7, 1, 11, 11, "none")], ids=lambda s: "ch08_ex4-" + "-".join(map(str, s)))
+def test_ch08_ex4_reference_counts_what_the_tied_model_holds(sizes):
+    """The answer from the world: the page's model built with these sizes and its weights tied by
+    assignment; every distinct tensor (by identity) counted once, grouped by the module that owns it."""
+    model = _tied_model(*sizes)
+    seen, groups = set(), dict.fromkeys(("embeddings", "attention", "feed_forward", "norms", "output"), 0)
+    for module_name, module in model.named_modules():
+        for p in module.parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            kind = ("embeddings" if isinstance(module, nn.Embedding) else "norms" if isinstance(module, nn.LayerNorm)
+                    else "output" if module_name == "out" else "feed_forward" if ".ffn." in f".{module_name}."
+                    else "attention")
+            groups[kind] += p.numel()
+    groups["total"] = sum(p.numel() for p in model.parameters())
+    assert get_exercise("ch08_ex4").reference(*sizes) == groups
+
+
+def _student_params(convert=int, slip=None):
+    """A student's answer, sublayer by sublayer; ``slip`` switches on one counting error."""
+    def transformer_parameters(d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab, tie):
         if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-        head_dim = d_model // num_heads
-        linear = lambda n_in, n_out, bias=True: n_in * n_out + (n_out if bias else 0)
-        attn = 3 * linear(d_model, d_model, bias=False) + linear(d_model, d_model)
-        ffn = linear(d_model, d_ff) + linear(d_ff, d_model)
-        norm = 2 * d_model
-        count = (src_vocab * d_model + tgt_vocab * d_model + num_layers * (attn + ffn + 2 * norm)
-                 + num_layers * (2 * attn + ffn + 3 * norm) + 2 * norm + linear(d_model, tgt_vocab))
-        out = {"src_embedded": torch.Size([batch, src_len, d_model]),
-               "memory": torch.Size([batch, src_len, d_model]),
-               "encoder_self_weights": torch.Size([batch, num_heads, src_len, src_len]),
-               "decoder_self_weights": torch.Size([batch, num_heads, tgt_len, tgt_len]),
-               "cross_weights": torch.Size([batch, num_heads, tgt_len, src_len]),
-               "queries_per_head": torch.Size([batch, num_heads, tgt_len, head_dim]),
-               "ffn_hidden": torch.Size([batch, tgt_len, d_ff]),
-               "logits": torch.Size([batch, tgt_len, tgt_vocab]),
-               "num_parameters": count}
-        for key, fn in change.items():
-            out[key] = fn(out[key])
-        return out
-    return encoder_decoder_shapes
+            raise ValueError(f"num_heads ({num_heads}) must divide d_model ({d_model})")
+        if tie == "all" and src_vocab != tgt_vocab:
+            raise ValueError(f"src_vocab ({src_vocab}) and tgt_vocab ({tgt_vocab}) differ")
+        d = d_model
+        heads = num_heads if slip == "heads twice" else 1
+        attention = heads * 3 * d * d + d * d + d
+        norms_per_stack = [2 * num_layers, 3 * num_layers] if slip == "no final norms" else \
+            [2 * num_layers + 1, 3 * num_layers + 1]
+        out = {"embeddings": d * tgt_vocab + (0 if tie == "all" else d * src_vocab),
+               "attention": 3 * num_layers * attention,
+               "feed_forward": 2 * num_layers * (d * d_ff + d_ff + d_ff * d + d),
+               "norms": sum(norms_per_stack) * 2 * d,
+               "output": d * tgt_vocab + tgt_vocab}
+        if tie != "none":
+            out["output"] = 0 if slip == "bias dropped" else tgt_vocab
+        out["total"] = sum(out.values())
+        if slip == "modules summed" and tie != "none":     # each module's parameters() counted apart
+            out["total"] += d * tgt_vocab * (2 if tie == "all" else 1)
+        return {k: convert(v) for k, v in out.items()}
+    return transformer_parameters
 
 
 def test_ch08_ex4_correct_answers_pass():
-    passes_everywhere("ch08_ex4", _student_shapes())
-    passes_everywhere("ch08_ex4", _student_shapes(memory=tuple))
-    # a NumPy integer is recorded as an int (the contract says so)
-    passes_everywhere("ch08_ex4", _student_shapes(num_parameters=np.int64))
+    passes_everywhere("ch08_ex4", _student_params())
+    passes_everywhere("ch08_ex4", _student_params(np.int64))
 
 
-def test_ch08_ex4_queries_before_the_transpose_is_a_kept_mistake():
-    answer = _student_shapes(queries_per_head=lambda s: (s[0], s[2], s[1], s[3]))
-    public = failed_checks("ch08_ex4", answer)
-    assert public and all(r.hint == mistake_hint("ch08_ex4", "queries_per_head before the transpose")
-                          for r in public), [r.line() for r in public]
-    cell = statement("ch08_ex4")
-    assert "(batch, heads, queries, head_dim)" in cell
+@pytest.mark.parametrize("slip,mistake", [("heads twice", "heads multiplied twice"),
+                                          ("no final norms", "final layer norms left out"),
+                                          ("bias dropped", "output bias dropped with the tied weight"),
+                                          ("modules summed", "total counts a shared table twice")],
+                         ids=lambda v: "ch08_ex4-" + v.replace(" ", "_"))
+def test_ch08_ex4_a_counting_slip_gets_the_hint_of_its_mistake(slip, mistake):
+    answer = _student_params(slip=slip)
+    failures = failed_checks("ch08_ex4", answer)
+    assert failures
+    for r in failures:
+        assert r.mistake == mistake and r.hint == mistake_hint("ch08_ex4", mistake), r.line()
+    assert failed_hidden_somewhere("ch08_ex4", answer)
 
 
-@pytest.mark.parametrize("kind,change,said", [
-    ("float count", dict(num_parameters=float), "Python int"),
-    ("tensor count", dict(num_parameters=torch.tensor), "Python int"),
-    ("float shape", dict(memory=lambda s: tuple(float(n) for n in s)), "tuple of Python ints"),
-    ("list shape", dict(logits=list), "tuple of ints"),
-])
-def test_ch08_ex4_types_are_checked_apart_with_a_plain_reason(kind, change, said):
-    answer = _student_shapes(**change)
-    public = failed_checks("ch08_ex4", answer)
-    assert [r.check for r in public] == ["num_parameters is an int and every shape a tuple of ints (same call)"], \
-        [r.line() for r in public]
-    assert said in public[0].reason and public[0].mistake is None
-    assert public[0].hint == check_hint("ch08_ex4", "num_parameters is an int")
-    # the type check weighs little: the value checks pass
-    results = run_checks("ch08_ex4", answer, hidden=True, seed=11)
+@pytest.mark.parametrize("convert,said", [(float, "float"), (torch.tensor, "tensor")],
+                         ids=["ch08_ex4-float", "ch08_ex4-tensor"])
+def test_ch08_ex4_a_float_or_tensor_count_fails_the_type_check_alone(convert, said):
+    failures = failed_checks("ch08_ex4", _student_params(convert))
+    assert [r.check for r in failures] == ["every count is a Python int (the first check's calls)"]
+    assert said in failures[0].reason and "Python int" in failures[0].reason
+    results = run_checks("ch08_ex4", _student_params(convert), hidden=True, seed=11)
     lost = sum(r.max_points for r in results if not r.passed)
     assert 0 < lost <= 0.2 * get_exercise("ch08_ex4").points
 
 
-def _counted_shapes(out_proj=True, qkv_bias=False, norm_vectors=2, final_norms=True, output_bias=True,
-                    embeddings=("src", "tgt")):
-    """A student's answer whose parameter count is built sublayer by sublayer, with one thing changed."""
-    shapes = _student_shapes()
-
-    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab,
-                               tgt_vocab):
-        out = shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab)
-        linear = lambda n_in, n_out, bias=True: n_in * n_out + (n_out if bias else 0)
-        attn = 3 * linear(d_model, d_model, bias=qkv_bias) + (linear(d_model, d_model) if out_proj else 0)
-        ffn = linear(d_model, d_ff) + linear(d_ff, d_model)
-        norm = norm_vectors * d_model
-        tables = {"src": src_vocab * d_model, "tgt": tgt_vocab * d_model}
-        out["num_parameters"] = (sum(tables[t] for t in embeddings) + num_layers * (attn + ffn + 2 * norm)
-                                 + num_layers * (2 * attn + ffn + 3 * norm) + (2 * norm if final_norms else 0)
-                                 + linear(d_model, tgt_vocab, bias=output_bias))
-        return out
-    return encoder_decoder_shapes
+def test_ch08_ex4_an_empty_dict_does_not_pass_the_type_check():
+    """Issue 21: a type check that skips missing keys would pay an empty dict."""
+    def transformer_parameters(d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab, tie):
+        return {}
+    failed = {r.check for r in run_checks("ch08_ex4", transformer_parameters) if not r.passed}
+    assert "every count is a Python int (the first check's calls)" in failed
 
 
-def test_ch08_ex4_the_count_built_sublayer_by_sublayer_passes():
-    passes_everywhere("ch08_ex4", _counted_shapes())
-
-
-@pytest.mark.parametrize("change,mistake", [
-    (dict(out_proj=False), "attention output projection not counted"),
-    (dict(qkv_bias=True), "biases counted on W_query, W_key and W_value"),
-    (dict(norm_vectors=1), "layer norms without their bias"),
-    (dict(final_norms=False), "final layer norms not counted"),
-    (dict(output_bias=False), "output layer's bias not counted"),
-    (dict(embeddings=("tgt",)), "one embedding table for both languages"),
-], ids=lambda v: v if isinstance(v, str) else "")
-def test_ch08_ex4_a_wrong_parameter_count_gets_the_hint_of_its_mistake(change, mistake):
-    """Issue 40, item 4: the likely wrong counts are kept mistakes, each named by its hint, and the
-    hint names what was left out (or added), not the count."""
-    answer = _counted_shapes(**change)
-    public = failed_checks("ch08_ex4", answer)
-    assert public, f"{mistake!r} passes every public check"
-    for r in public:
-        assert r.mistake == mistake and r.hint == mistake_hint("ch08_ex4", mistake), r.line()
-        assert "num_parameters" in r.reason
-    hint = mistake_hint("ch08_ex4", mistake)
-    assert "*" not in hint and " + " not in hint, hint        # a kind of parameter, not a formula
-    assert failed_hidden_somewhere("ch08_ex4", answer)
+def test_ch08_ex4_no_hint_states_a_count():
+    ex = get_exercise("ch08_ex4")
+    for text in [m.hint for m in ex.mistakes] + [c.hint for c in ex.checks]:
+        assert " * " not in text and "5 *" not in text, text
 
 
 def test_ch08_ex4_graded_cases_keep_what_the_checks_promise():
-    """Issue 38, item 4: at grading seeds the public checks draw other sizes of the same kind."""
     from attention_course.checks.plan import hidden_seed
     checks = get_exercise("ch08_ex4").checks
     for seed in (11, 2026, 7, 5):
-        (main,) = checks[0].make_calls(hidden_seed(seed, 0))
-        batch, src_len, tgt_len, d_model, heads, d_ff, layers, src_vocab, tgt_vocab = main.args
-        assert tgt_len < src_len and heads > 1 and layers > 1 and src_vocab != tgt_vocab
-        assert d_model % (2 * heads) == 0 and tgt_len != heads
-        longer, single = checks[2].make_calls(hidden_seed(seed, 2))
-        assert longer.args[2] > longer.args[1] and longer.args[4] == 4 and longer.args[6] == 1
-        assert single.args[1:3] == (1, 1) and single.args[4] == 1 and single.args[6] == 3
-        (bad,) = checks[3].make_calls(hidden_seed(seed, 3))
-        assert bad.args[3] % 2 == 0 and bad.args[3] % bad.args[4] != 0
+        untied, tied = (c.args for c in checks[0].make_calls(hidden_seed(seed, 0)))
+        assert untied[:6] == tied[:6] and (untied[6], tied[6]) == ("none", "output") and untied[4] != untied[5]
+        for call in checks[2].make_calls(hidden_seed(seed, 2)):
+            assert call.args[6] == "all" and call.args[4] == call.args[5] and call.args[0] % call.args[1] == 0
+        heads = [c.args for c in checks[3].make_calls(hidden_seed(seed, 3))]
+        assert len({a[:1] + a[2:] for a in heads}) == 1 and len({a[1] for a in heads}) == 3
 
 
 # ------------------------------------------------------------------ ch08_ex5
@@ -512,28 +499,6 @@ def test_ch08_ex5_eos_step_cleared_is_a_kept_mistake():
 def test_ch08_ex5_reencoding_still_gets_its_hint():
     public = failed_checks("ch08_ex5", _student_greedy("re-encode"))
     assert public and all(r.mistake == "encoder run at every step" for r in public)
-
-
-def test_ch08_ex4_a_wrong_count_is_not_blamed_on_its_type():
-    """Issue 19: the type check also fails an int count of the wrong value (it must not pass an empty
-    dict), and its hint spoke of types only; it now says that the values come first."""
-    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab):
-        out = _student_shapes()(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab)
-        out["num_parameters"] += 128 * d_model       # the positional table counted as parameters
-        return out
-    typed = [r for r in failed_checks("ch08_ex4", encoder_decoder_shapes) if r.check.startswith("num_parameters is")]
-    assert typed and "wrong value" in typed[0].reason
-    assert "values first" in typed[0].hint
-
-
-def test_ch08_ex4_an_empty_dict_does_not_pass_the_type_check():
-    """Issue 21: the type check skipped missing keys, so an empty dict (or constants) earned its points."""
-    def encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab):
-        if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-        return {}
-    failed = {r.check for r in run_checks("ch08_ex4", encoder_decoder_shapes) if not r.passed}
-    assert "num_parameters is an int and every shape a tuple of ints (same call)" in failed
 
 
 def test_ch08_ex5_resetting_a_counter_of_its_own_does_not_pass_encoded_once():

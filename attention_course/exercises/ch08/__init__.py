@@ -3,8 +3,9 @@
 ch08_ex1  left_padded_self_mask(tgt_lens, num_tokens) -> bool (batch, num_tokens, num_tokens), left padding
 ch08_ex2  CrossAttention(d_model, num_heads); forward(x, memory, key_padding_mask) -> (output, weights)
 ch08_ex3  DecoderBlock(d_model, num_heads, d_ff); forward(x, memory, self_mask, key_padding_mask)  (pre-LN)
-ch08_ex4  encoder_decoder_shapes(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers,
-                                 src_vocab, tgt_vocab) -> dict of shapes and the parameter count
+ch08_ex4  transformer_parameters(d_model, num_heads, d_ff, num_layers, src_vocab, tgt_vocab, tie)
+          -> dict of ints: the model's parameters by kind with the output (and source) embeddings tied
+          (an accounting the page never prints; TRANSFER)
 ch08_ex5  GreedyTransformer(Transformer).greedy_decode(src, src_lens, max_len) -> (tokens, weights)
 ch08_ex6  head_entropy(weights, tgt_lens) -> (num_heads,) mean entropy of each head's rows
 ch08_ex7  forward_multiply_adds(batch, src_len, tgt_len, d_model, num_heads, d_ff, num_layers,
@@ -37,7 +38,7 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex1_left_padded_self_mask,
     ex2_cross_attention,
     ex3_decoder_block,
-    ex4_encoder_decoder_shapes,
+    ex4_transformer_parameters,
     ex5_greedy_transformer,
     ex6_head_entropy,
     ex7_forward_multiply_adds,
