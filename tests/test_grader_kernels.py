@@ -35,17 +35,23 @@ def three_pass_softmax(src, lengths, dst, width, BLOCK: tl.constexpr):
     top = tl.full((), float("-inf"), tl.float32)
     for start in range(0, keep, BLOCK):
         cols = start + lanes
-        top = tl.maximum(top, tl.max(tl.load(src + r * width + cols, mask=cols < keep, other=float("-inf")), 0))
+        top = tl.maximum(top, tl.max(tl.load(src + r * width + cols, mask=keep > cols >= 0, other=float("-inf")), 0))
     total = tl.full((), 0.0, tl.float32)
     for start in range(0, keep, BLOCK):
         cols = start + lanes
-        vals = tl.load(src + r * width + cols, mask=cols < keep, other=float("-inf"))
+        vals = tl.load(src + r * width + cols, mask=keep > cols >= 0, other=float("-inf"))
         total += tl.sum(tl.exp(vals - top), 0)
     for start in range(0, width, BLOCK):
         cols = start + lanes
-        vals = tl.load(src + r * width + cols, mask=cols < keep, other=float("-inf"))
+        vals = tl.load(src + r * width + cols, mask=keep > cols >= 0, other=float("-inf"))
         out = tl.where(cols < keep, tl.exp(vals - top) / total, 0.0)
-        tl.store(dst + r * width + cols, out, mask=0 <= cols < width)  # chained: the interpreter rewrites it from the source
+        tl.store(dst + r * width + cols, out, mask=cols < width)
+
+
+import inspect
+# triton's interpreter rewrites a kernel from its source (chained comparisons such as the masks above):
+# the child's cells are strings, so the grader must make their source findable
+assert "def three_pass_softmax(" in inspect.getsource(three_pass_softmax.fn)
 
 
 def masked_row_softmax(x, valid_lens, block):
@@ -54,8 +60,8 @@ def masked_row_softmax(x, valid_lens, block):
     return result
 '''
 # The same kernel with no boundary masks on its loads and stores: the last block runs past the row.
-UNMASKED = (KERNEL.replace(", mask=cols < keep, other=float(\"-inf\")", "")
-            .replace(", mask=0 <= cols < width", ""))
+UNMASKED = (KERNEL.replace(", mask=keep > cols >= 0, other=float(\"-inf\")", "")
+            .replace(", mask=cols < width", ""))
 
 
 def _ch11_submission(code: str) -> dict:
