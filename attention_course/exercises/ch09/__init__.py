@@ -6,7 +6,8 @@ ch09_ex3  causal_tiled_attention(queries, keys, values, block_size) -> (output, 
 ch09_ex4  cached_attention_step(x_new, k_cache, v_cache, w_query, w_key, w_value, num_heads)
                                                                  -> (context, k_cache, v_cache)
 ch09_ex5  grouped_cached_step(q_new, k_new, v_new, k_cache, v_cache) -> (output, k_cache, v_cache)
-ch09_ex6  attention_backward_with_lse(queries, keys, values, output, lse, grad_output, grad_lse, block)
+ch09_ex6  split_attention_backward(queries, keys, values, output_part, lse_part, output, lse,
+                           grad_output, grad_lse, block)
                                                                  -> (grad_queries, grad_keys, grad_values)
 ch09_ex7  decode_accounting(config, context_len, batch, bytes_per_value)
                                                                  -> dict of cache_bytes, attention_flops,
@@ -43,7 +44,7 @@ from . import (  # noqa: F401  (importing an exercise module registers it)
     ex3_causal_tiled_attention,
     ex4_cached_attention_step,
     ex5_grouped_cached_step,
-    ex6_attention_backward_with_lse,
+    ex6_split_attention_backward,
     ex7_decode_accounting,
     ex8_tiled_attention_traffic,
 )

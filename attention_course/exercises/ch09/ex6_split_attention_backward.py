@@ -1,33 +1,38 @@
-r"""ch09_ex6: The backward pass when the loss uses the log-sum-exp too.
+r"""ch09_ex6: The backward pass of one part of split-key attention.
 
-Code that merges partial attention results (exercise 1, and the kernels that split the keys
-among several workers) uses each query's log-sum-exp $L_i$ as well as its output, so a loss
-can depend on both, and the backward pass receives a gradient for each. Write
-`attention_backward_with_lse(queries, keys, values, output, lse, grad_output, grad_lse, block)`.
+Split-key attention (exercise 1, and the kernels that divide the keys of a long sequence among
+several workers) computes attention over each part of the keys on its own and merges the partial
+results. To train through it, each worker needs the gradients for its own keys and values, and
+its share of the queries' gradient. Write
+`split_attention_backward(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse, block)`.
 
 The inputs are float tensors of one dtype (float32 or float64) with the same leading axes `...`
-(any number of them, possibly none): `queries` of shape `(..., n_q, d)`, `keys` `(..., n_k, d)`,
-`values` `(..., n_k, d_v)`. With $S = QK^\top/\sqrt{d}$ and $P$ the softmax of each row of $S$ (no
-mask), the forward pass saved `output` `(..., n_q, d_v)`, equal to $O = PV$, and `lse` `(..., n_q)`,
-equal to $L_i = \log \sum_j e^{S_{ij}}$. `grad_output` `(..., n_q, d_v)` and `grad_lse` `(..., n_q)`
-are the gradients of the loss with respect to $O$ and to $L$. Return the tuple
-`(grad_queries, grad_keys, grad_values)`: the gradients of the loss with respect to the queries,
-keys and values, with the shapes and dtype of `queries`, `keys` and `values`. They must agree with
-the exact gradients to within 1e-4 relative and 1e-5 absolute, and stay finite in float32 when
-scores exceed 88, where `exp` of a score overflows. There float32 rounds a score $S$ by up to
-$|S| \cdot 2^{-24}$, which moves $e^{S - L}$ as much, relatively, so the absolute tolerance grows
+(any number of them, possibly none). `queries` `(..., n_q, d)` are all the queries; `keys`
+`(..., n_k, d)` and `values` `(..., n_k, d_v)` are the keys and values of one part $A$ only. The
+scores are $S = QK^\top/\sqrt{d}$ (no mask), over all the keys of the sequence. The worker of $A$
+saved `output_part` `(..., n_q, d_v)`, the attention output over the keys of $A$ alone (weights
+that sum to 1 over $A$), and `lse_part` `(..., n_q)`, the log-sum-exp of each query's scores over
+$A$. Merging every part gave `output` `(..., n_q, d_v)`, the attention output over all the keys,
+and `lse` `(..., n_q)`, the log-sum-exp over all the keys. The loss depends on `output` and `lse`;
+`grad_output` and `grad_lse`, of their shapes, are its gradients with respect to them. The other
+parts' keys and values are not given.
+
+Return the tuple `(grad_queries, grad_keys, grad_values)`, with the shapes and dtype of `queries`,
+`keys` and `values`: the gradients of the loss with respect to $A$'s keys and values, and $A$'s
+share of the gradient with respect to the queries, the part that flows through the scores of $A$'s
+keys (summed over the parts, the shares give the whole gradient). They must agree with the exact
+gradients to within 1e-4 relative and 1e-5 absolute, and stay finite in float32 when scores exceed
+88, where `exp` of a score overflows. There float32 rounds a score $S$ by up to
+$|S| \cdot 2^{-24}$, which moves $e^{S}$ as much, relatively, so the absolute tolerance grows
 with the scores: 1e-4 or the largest |score| times $2^{-16}$ (about 1.5e-5), whichever is larger.
 
 What the check enforces is memory: every tensor your function creates may hold at most
 `N × max(n_q, n_k) × max(block, d, d_v)` entries, where `N` is the product of the leading sizes, so
 the whole `n_q × n_k` matrix (of scores, probabilities or their gradients) never exists. A block of
-`block` queries against all the keys is fine, and so is a block of `block` keys against all the
-queries. The check records the size of every tensor created while your function runs; a view (a
-slice, `expand`) counts by the memory under it. Our advice, which no check enforces: work tile by
-tile from the saved `output` and `lse`, as the chapter's backward loop does, rather than redo a
-forward pass for each block. Raise
-`ValueError` naming `block` when `block` is not a Python `int` of at least 1 (`2.0` and `True` are
-not).
+`block` queries against all of $A$'s keys is fine, and so is a block of `block` keys against all
+the queries. The check records the size of every tensor created while your function runs; a view
+(a slice, `expand`) counts by the memory under it. Raise `ValueError` naming `block` when `block`
+is not a Python `int` of at least 1 (`2.0` and `True` are not).
 """
 from __future__ import annotations
 
@@ -50,12 +55,12 @@ def _validate_block(block):
         raise ValueError(f"block must be a Python int of at least 1, got block={block!r}")
 
 
-def attention_backward_with_lse(queries, keys, values, output, lse, grad_output, grad_lse, block):
-    """dQ, dK, dV of attention whose loss depends on O and on L, one tile at a time."""
+def split_attention_backward(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse,
+                             block):
+    """dQ (A's share), dK, dV of part A, tile by tile, from the merged O and L alone: A's tile of the whole
+    row's P is exp(S - L), and D_i = dO_i . O_i (the merge's backward gives the same: first alternative)."""
     _validate_block(block)
     scale = 1.0 / math.sqrt(queries.shape[-1])
-    # dL_i / dS_ij = P_ij, so the log-sum-exp adds grad_lse[i] * P_ij to dS_ij:
-    # dS = P * (dP - D + grad_lse), with D_i = dO_i . O_i as without it.
     shift = ((grad_output * output).sum(dim=-1) - grad_lse).unsqueeze(-1)
     d_q, d_k, d_v = torch.zeros_like(queries), torch.zeros_like(keys), torch.zeros_like(values)
     for k0 in range(0, keys.shape[-2], block):
@@ -75,58 +80,58 @@ def attention_backward_with_lse(queries, keys, values, output, lse, grad_output,
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
-def _case(g, lead, n_q, n_k, d, d_v, block, grad_lse_size=1.0, dtype=torch.float32, sharp=False,
+def _case(g, lead, n_q, n_all, part, d, d_v, block, grad_lse_size=1.0, dtype=torch.float32, sharp=None,
           report=()):
-    """One call: inputs drawn from g; output and lse computed exactly (float64, whole matrix: the
-    check's own trusted arithmetic) and rounded to dtype, as a forward pass would have saved them."""
+    """One call: n_all keys from g, part A = keys[part[0]:part[1]]; the partial and merged outputs and lse
+    exact (float64, the check's own arithmetic), rounded to dtype. sharp="inside"/"outside": query 0 and A's
+    first key (or the first key outside A) are one vector of length 15: a score 225 / sqrt(d) > 88 (d <= 6)."""
+    lo, hi = part
     q = torch.randn(*lead, n_q, d, generator=g, dtype=torch.float64)
-    k = torch.randn(*lead, n_k, d, generator=g, dtype=torch.float64)
-    v = torch.randn(*lead, n_k, d_v, generator=g, dtype=torch.float64)
+    k = torch.randn(*lead, n_all, d, generator=g, dtype=torch.float64)
+    v = torch.randn(*lead, n_all, d_v, generator=g, dtype=torch.float64)
     d_out = torch.randn(*lead, n_q, d_v, generator=g, dtype=torch.float64)
     d_lse = torch.randn(*lead, n_q, generator=g, dtype=torch.float64) * grad_lse_size
     if sharp:
-        # Query 0 and key 0 are the same vector of length 15: their score is 225 / sqrt(d), above
-        # 88 for d <= 6, so exp of it overflows float32. The other queries keep their size, so
-        # float32 rounding stays well within the checks' tolerance.
         q[..., 0, :] = q[..., 0, :] / q[..., 0, :].norm(dim=-1, keepdim=True) * 15.0
-        k[..., 0, :] = q[..., 0, :]
-    q, k = q.to(dtype).double(), k.to(dtype).double()          # what the answer receives, exactly
-    v, d_out, d_lse = v.to(dtype).double(), d_out.to(dtype).double(), d_lse.to(dtype).double()
+        k[..., lo if sharp == "inside" else (hi if hi < n_all else 0), :] = q[..., 0, :]
+    q, k, v, d_out, d_lse = (t.to(dtype).double() for t in (q, k, v, d_out, d_lse))  # what the answer receives
     s = q @ k.transpose(-2, -1) / math.sqrt(d)
-    out = torch.softmax(s, dim=-1) @ v
-    lse = torch.logsumexp(s, dim=-1)
-    args = tuple(t.to(dtype) for t in (q, k, v, out, lse, d_out, d_lse)) + (block,)
+    out, lse = torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
+    s_a, v_a = s[..., lo:hi], v[..., lo:hi, :]
+    out_a, lse_a = torch.softmax(s_a, dim=-1) @ v_a, torch.logsumexp(s_a, dim=-1)
+    args = tuple(t.to(dtype) for t in (q, k[..., lo:hi, :], v_a, out_a, lse_a, out, lse, d_out, d_lse)) + (block,)
     return Call(args=args, report=report)
 
 
 def _zero_grad_lse_calls(seed):
     g = gen(seed)
-    return [_case(g, (2,), 7, 10, 4, 3, 3, grad_lse_size=0.0),
-            _case(g, (1,), 6, 9, 3, 5, 4, grad_lse_size=0.0)]
+    return [_case(g, (2,), 7, 16, (4, 14), 4, 3, 3, grad_lse_size=0.0),
+            _case(g, (1,), 6, 12, (0, 9), 3, 5, 4, grad_lse_size=0.0)]
 
 
 def _grad_lse_calls(seed):
     g = gen(seed)
-    return [_case(g, (2, 3), 9, 7, 5, 2, 4), _case(g, (3,), 5, 11, 2, 4, 3), _case(g, (), 6, 6, 4, 3, 4)]
+    return [_case(g, (2, 3), 9, 12, (5, 12), 5, 2, 4), _case(g, (3,), 5, 20, (3, 14), 2, 4, 3),
+            _case(g, (), 6, 10, (2, 8), 4, 3, 4)]
 
 
 def _sharp_calls(seed):
     g = gen(seed)
     n_q, n_k = randint(g, 5, 8), randint(g, 6, 10)
-    return [_case(g, (2,), n_q, n_k, 4, 3, randint(g, 2, 4), sharp=True),
-            _case(g, (1, 2), n_k, n_q, 3, 2, randint(g, 2, 4), sharp=True)]
+    return [_case(g, (2,), n_q, n_k + 5, (2, 2 + n_k), 4, 3, randint(g, 2, 4), sharp="inside"),
+            _case(g, (1, 2), n_k, n_q + 4, (0, n_q), 3, 2, randint(g, 2, 4), sharp="outside")]
 
 
 def _extreme_block_calls(seed):
     g = gen(seed)
-    return [_case(g, (2,), 5, 6, 3, 2, 1, dtype=torch.float64),
-            _case(g, (1,), 4, 7, 2, 3, 7 + randint(g, 1, 5), dtype=torch.float64),
-            _case(g, (2,), 6, 5, 2, 4, 1)]
+    return [_case(g, (2,), 5, 9, (3, 9), 3, 2, 1, dtype=torch.float64),
+            _case(g, (1,), 4, 11, (1, 8), 2, 3, 7 + randint(g, 1, 5), dtype=torch.float64),
+            _case(g, (2,), 6, 8, (0, 5), 2, 4, 1)]
 
 
 def _tile_calls(seed):
     g = gen(seed)
-    return [_case(g, (2,), 48, 40, 4, 3, 8, report=("largest_tensor",))]
+    return [_case(g, (2,), 48, 64, (16, 56), 4, 3, 8, report=("largest_tensor",))]
 
 
 def _hidden_tile_calls(seed):
@@ -136,7 +141,9 @@ def _hidden_tile_calls(seed):
     d = randint(g, 1, block - 1)
     d += d >= d_v                       # d and d_v at most block, and different
     n_q, n_k = randint(g, 5 * block, 8 * block), randint(g, 5 * block, 8 * block)
-    return [_case(g, (randint(g, 1, 2),), n_q, n_k, d, d_v, block, report=("largest_tensor",))]
+    lo = randint(g, 0, 2 * block)
+    return [_case(g, (randint(g, 1, 2),), n_q, n_k + lo + randint(g, 0, block), (lo, lo + n_k), d, d_v, block,
+                  report=("largest_tensor",))]
 
 
 def _hidden_calls(seed):
@@ -149,20 +156,21 @@ def _hidden_calls(seed):
         d += d >= d_v
         lead = [(), (randint(g, 1, 3),), (randint(g, 1, 2), randint(g, 1, 3))][randint(g, 0, 2)]
         dtype = (torch.float32, torch.float64)[randint(g, 0, 1)]
-        calls.append(_case(g, lead, randint(g, 1, 12), randint(g, 2, 12), d, d_v, randint(g, 1, 5),
-                           grad_lse_size=float(randint(g, 1, 3)), dtype=dtype))
+        n_all = randint(g, 3, 14)
+        lo = randint(g, 0, n_all - 2)
+        calls.append(_case(g, lead, randint(g, 1, 12), n_all, (lo, randint(g, lo + 1, n_all)), d, d_v,
+                           randint(g, 1, 5), grad_lse_size=float(randint(g, 1, 3)), dtype=dtype))
     return calls
 
 
 def _bad_block_calls(seed):
     g = gen(seed)
-    good = _case(g, (1,), 4, 5, 3, 2, 2)
+    good = _case(g, (1,), 4, 8, (2, 7), 3, 2, 2)
     return [good] + [Call(args=good.args[:-1] + (bad,)) for bad in (0, 2.0, True)]
 
 
 _VALUES = Check("values", lambda seed: [], hint="")  # default tolerances, for compare_all only
-_BLOCK_ERROR = Check("block errors", lambda seed: [], hint="", must_mention=["block"])
-_ENTRIES = "largest_tensor_entries"
+_BLOCK_ERROR, _ENTRIES = Check("block errors", lambda seed: [], hint="", must_mention=["block"]), "largest_tensor_entries"
 
 
 def _tile_budget(call):
@@ -175,16 +183,17 @@ def _tile_budget(call):
 
 
 def _close_for_the_score_size(got, want, calls):
-    """The default comparison, with an absolute tolerance of max(1e-4, max|S| 2^-16): float32 rounds a
-    score S by up to |S| 2^-24 and every order of the sums carries that into the gradients. The worst
-    correct answer measured (D from P * dP) needed 24 |S| 2^-23 over 150 seeds: a margin of 5."""
+    """The default comparison, with an absolute tolerance of max(1e-4, max|S| 2^-16), the largest |S|
+    taken over A's scores and the merged log-sum-exps (a score of another part shows in them): float32
+    rounds a score S by up to |S| 2^-24 and every order of the sums carries that into the gradients."""
     from ...checks.checking import compare_outcome, compare_values
     for i, (g, w, call) in enumerate(zip(got, want, calls)):
         if g["status"] != "ok" or w["status"] != "ok":
             reason = compare_outcome(g, w, _VALUES, call)
         else:
             q, k = call.args[0].double(), call.args[1].double()
-            top = float((q @ k.transpose(-2, -1)).abs().max()) / math.sqrt(q.shape[-1])
+            top = max(float((q @ k.transpose(-2, -1)).abs().max()) / math.sqrt(q.shape[-1]),
+                      float(call.args[6].double().abs().max()))
             reason = compare_values(g["value"], w["value"], 1e-4, max(1e-4, top * 2.0 ** -16))
         if reason:
             return reason if len(calls) == 1 else f"call {i + 1} of {len(calls)}: {reason}"
@@ -192,8 +201,7 @@ def _close_for_the_score_size(got, want, calls):
 
 
 def _raises_naming_block(got, want, calls):
-    """The first call is valid and must return (its values are the other checks' business, so that a
-    wrong value gets their hint, not this check's); every other call must raise ValueError naming block."""
+    """Call 1 is valid and must return (its values are the other checks' business); the others raise naming block."""
     from ...checks.checking import compare_outcome
     if got[0]["status"] != "ok":             # the valid call raised: say what, as the other checks do
         return f"call 1 of {len(calls)} (block={calls[0].args[-1]!r}): " + compare_outcome(got[0], want[0], _VALUES)
@@ -208,9 +216,8 @@ def _without_extras(outcomes):
 
 
 def _within_the_tile_budget(got, want, calls):
-    """The gradients first, as the other checks compare them; then the largest tensor created,
-    which must be within the budget when the reference's is (and beyond it when want is a kept
-    mistake's outcome that is, so that an answer can be matched to that mistake)."""
+    """The gradients first; then the largest tensor created, within the budget when want's is (beyond it
+    when want is a kept mistake's outcome that is, so that an answer can be matched to that mistake)."""
     from ...checks.checking import compare_all
     reason = compare_all(_without_extras(got), _without_extras(want), _VALUES, calls)
     if reason:
@@ -226,32 +233,31 @@ def _within_the_tile_budget(got, want, calls):
             n_q, n_k = call.args[0].shape[-2], call.args[1].shape[-2]
             where = "" if len(got) == 1 else f"call {i + 1} of {len(got)}: "
             return (f"{where}the gradients are right, but a tensor of {mine} entries was created; with "
-                    f"{n_q} queries, {n_k} keys and block={call.args[-1]} a tensor may hold at most {budget}"
+                    f"{n_q} queries, {n_k} keys in A and block={call.args[-1]} a tensor may hold at most {budget}"
                     if mine > budget else f"{where}no tensor exceeded {budget} entries")
     return None
 
 
 _HINT = ("compare each of grad_queries, grad_keys and grad_values with autograd through a small float64 "
-         "forward pass (torch.logsumexp of the scores and the softmax, with the loss "
-         "(O * grad_output).sum() + (L * grad_lse).sum()), first with grad_lse zero, then not.")
+         "forward pass over all the keys (the keys outside A drawn at random, their scores detached from the "
+         "queries so that only A's share of grad_queries remains), with the loss "
+         "(O * grad_output).sum() + (L * grad_lse).sum(); first with grad_lse zero, then not.")
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
 
 
-def _backward_variant(lse_sign=1.0, delta="output", probs="lse", scale_of="d", scale_grads=True,
-                      validate=True, lse_times_p=True):
-    """The reference's tile loop with one thing changed: grad_lse enters dS with lse_sign; D from
-    the tile's P * dP (delta="tile"); probabilities exp(S) / exp(L) (probs="unshifted") or the
-    tile's own softmax (probs="tile"); scores scaled by 1/sqrt(d_v) (scale_of="v"); dQ and dK
-    not multiplied by the scale (scale_grads=False; "q only": dK not); block not checked
-    (validate=False); grad_lse added to dS outside the factor P (lse_times_p=False)."""
-    def impl(queries, keys, values, output, lse, grad_output, grad_lse, block):
-        if validate:
-            _validate_block(block)
+def _backward_variant(probs="merged", row="merged", lse_sign=1.0, lse_times_p=True, scale_of="d",
+                      scale_grads=True, validate=True):
+    """The reference's tile loop with one change: probs "part" (A's own softmax), "tile", "unshifted"; row
+    term D from output_part ("part"), the merge weight's term reversed ("reversed") or one tile ("tile");
+    grad_lse times lse_sign or outside P; scale 1/sqrt(d_v); dQ, dK (or dK only) unscaled; block unchecked."""
+    def impl(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse, block):
+        _validate_block(block) if validate else None
         scale = 1.0 / math.sqrt(values.shape[-1] if scale_of == "v" else queries.shape[-1])
         grad_scale = scale if scale_grads else 1.0
         k_scale = 1.0 if scale_grads == "q only" else grad_scale
+        row_lse = lse_part if probs == "part" else lse
         d_q, d_k, d_v = torch.zeros_like(queries), torch.zeros_like(keys), torch.zeros_like(values)
         for k0 in range(0, keys.shape[-2], block):
             cols = slice(k0, k0 + block)
@@ -265,12 +271,12 @@ def _backward_variant(lse_sign=1.0, delta="output", probs="lse", scale_of="d", s
                 elif probs == "tile":
                     p = torch.softmax(s, dim=-1)
                 else:
-                    p = torch.exp(s - lse[..., rows, None])
+                    p = torch.exp(s - row_lse[..., rows, None])
                 d_p = dob @ vb.transpose(-2, -1)
-                if delta == "tile":
-                    big_d = (p * d_p).sum(dim=-1, keepdim=True)
-                else:
-                    big_d = (dob * output[..., rows, :]).sum(dim=-1, keepdim=True)
+                mine = (dob * output_part[..., rows, :]).sum(dim=-1, keepdim=True)
+                merged = (dob * output[..., rows, :]).sum(dim=-1, keepdim=True)
+                big_d = {"merged": merged, "part": mine, "reversed": 2 * mine - merged,
+                         "tile": (p * d_p).sum(dim=-1, keepdim=True)}[row]
                 lse_term = lse_sign * grad_lse[..., rows, None]
                 d_s = p * (d_p - big_d + lse_term) if lse_times_p else p * (d_p - big_d) + lse_term
                 d_v[..., cols, :] += p.transpose(-2, -1) @ dob
@@ -280,31 +286,46 @@ def _backward_variant(lse_sign=1.0, delta="output", probs="lse", scale_of="d", s
     return impl
 
 
+mistakes.add("the part's own statistics",
+             "your gradients are those of part A's attention on its own, as if output_part and lse_part were "
+             "the final output and log-sum-exp: the loss reaches A only through the merge, which weighs A's "
+             "output by A's share of the whole row's exponential mass, and that share moves with A's scores too.",
+             _backward_variant(probs="part", row="part"))
+
+mistakes.add("the merge weights held constant",
+             "your probabilities are A's entries of the whole row's softmax, but the row term that the softmax's "
+             "backward subtracts comes from output_part: that is what holding A's merge weight constant gives. "
+             "The weight depends on lse_part, which moves with A's scores.",
+             _backward_variant(row="part"))
+
+mistakes.add("the merge weight's derivative with the wrong sign",
+             "the term that comes from A's merge weight (its dependence on lse_part) enters with the wrong sign: "
+             "raising a score of A raises A's share of the row, and with it the pull of output_part on the "
+             "merged output.",
+             _backward_variant(row="reversed"))
+
 mistakes.add("grad_lse ignored",
-             "your gradients are those of a loss that depends on the output only: grad_lse is not used. "
-             "L_i depends on every score of row i (its derivative with respect to S_ij is P_ij), so "
-             "grad_lse adds a term to dS.",
+             "your gradients are those of a loss that depends on the merged output only: grad_lse is not used. "
+             "The merged log-sum-exp depends on every score of A as well.",
              _backward_variant(lse_sign=0.0))
 
 mistakes.add("grad_lse with the wrong sign",
-             "grad_lse enters dS with the wrong sign: since the derivative of L_i with respect to S_ij is "
-             "+P_ij, the log-sum-exp adds grad_lse[i] * P_ij to dS_ij.",
+             "grad_lse enters with the wrong sign: raising a score raises the log-sum-exp of its row.",
              _backward_variant(lse_sign=-1.0))
 
 mistakes.add("D from the tile's own probabilities",
-             "you computed D_i = sum_j P_ij dP_ij over the keys of one tile only; D_i sums over all the keys "
-             "of row i: take it as grad_output_i . output_i from the saved output, or sum P * dP over every "
-             "tile in a first pass.",
-             _backward_variant(delta="tile"))
+             "you summed the row term over the keys of one tile only; it belongs to the whole row, every key of "
+             "every part included, so no tile of A alone holds it.",
+             _backward_variant(row="tile"))
 
 mistakes.add("each tile's softmax taken as the probabilities",
              "you normalised the scores within each tile (a softmax over the tile's keys); a probability is "
-             "normalised over all the keys of its row: rebuild it as exp(S_ij - L_i) from the saved lse.",
+             "normalised over all the keys of its row, in every part: rebuild it from a saved log-sum-exp.",
              _backward_variant(probs="tile"))
 
 mistakes.add("exp of the score before dividing by exp(L)",
              "you computed exp(S) and exp(L) separately: above about 88 each overflows float32 to inf and "
-             "inf / inf is NaN. Subtract L from the score first and take one exp of the difference.",
+             "inf / inf is NaN. Subtract the log-sum-exp from the score first and take one exp of the difference.",
              _backward_variant(probs="unshifted"))
 
 mistakes.add("dQ and dK not scaled",
@@ -313,8 +334,8 @@ mistakes.add("dQ and dK not scaled",
              _backward_variant(scale_grads=False))
 
 mistakes.add("grad_lse added to dS without the factor P",
-             "you added grad_lse[i] to every dS_ij as it is; dL_i/dS_ij is P_ij, so the log-sum-exp's term is "
-             "grad_lse[i] * P_ij, inside the factor P: dS = P * (dP - D + grad_lse).",
+             "you added grad_lse[i] to every dS_ij as it is, the same for every key; a log-sum-exp moves with "
+             "one score only as much as that score weighs in its row.",
              _backward_variant(lse_times_p=False))
 
 mistakes.add("dK not scaled",
@@ -329,10 +350,10 @@ mistakes.add("scores scaled by the square root of d_v",
 
 
 @mistakes.keep("the whole score matrix formed",
-               "your gradients are right, but your function forms the whole n_q x n_k matrix (of scores or "
+               "your gradients are right, but your function forms the whole n_q x n_k matrix of A (of scores or "
                "probabilities, or autograd formed it for you); work with a block of queries or of keys at a "
                "time, so no tensor holds more than a block's rows of that matrix.")
-def _backward_whole_matrix(queries, keys, values, output, lse, grad_output, grad_lse, block):
+def _backward_whole_matrix(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse, block):
     _validate_block(block)
     scale = 1.0 / math.sqrt(queries.shape[-1])
     p = torch.exp(queries @ keys.transpose(-2, -1) * scale - lse[..., None])
@@ -350,34 +371,38 @@ mistakes.add("block not checked",
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
-def _alt_queries_outside(queries, keys, values, output, lse, grad_output, grad_lse, block):
-    # Query blocks outside: each block's dQ is finished in one go; dK and dV collect from every block.
+def _alt_through_the_merge(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse, block):
+    # The merge's backward first: O = sum over parts of w_p O_p with w_p = exp(lse_p - L), L = logsumexp(lse_p),
+    # gives A's saved pair the gradients w dO and w (dO . (O_A - O) + grad_lse); then the backward of A's own
+    # attention with a loss on its output and its log-sum-exp. Query blocks outside, einsum.
     _validate_block(block)
     root_d = math.sqrt(queries.shape[-1])
     n_q, n_k = queries.shape[-2], keys.shape[-2]
+    weight = torch.exp(lse_part - lse)                                           # (..., n_q), at most 1
+    g_out_a = weight.unsqueeze(-1) * grad_output
+    g_lse_a = weight * ((grad_output * (output_part - output)).sum(-1) + grad_lse)
+    row_term = (g_out_a * output_part).sum(-1) - g_lse_a
     g_q, g_k, g_v = torch.zeros_like(queries), torch.zeros_like(keys), torch.zeros_like(values)
-    for a in range(0, n_q, block):
-        b = min(a + block, n_q)
-        q, do = queries[..., a:b, :], grad_output[..., a:b, :]
-        row_term = (do * output[..., a:b, :]).sum(-1) - grad_lse[..., a:b]
-        for c in range(0, n_k, block):
-            e = min(c + block, n_k)
+    for a, b in ((a, min(a + block, n_q)) for a in range(0, n_q, block)):
+        q, do = queries[..., a:b, :], g_out_a[..., a:b, :]
+        for c, e in ((c, min(c + block, n_k)) for c in range(0, n_k, block)):
             s = torch.einsum("...id,...jd->...ij", q, keys[..., c:e, :]) / root_d
-            p = (s - lse[..., a:b].unsqueeze(-1)).exp()
+            p = (s - lse_part[..., a:b].unsqueeze(-1)).exp()                     # A's own softmax
             g_v[..., c:e, :] += torch.einsum("...ij,...iv->...jv", p, do)
-            ds = p * (torch.einsum("...iv,...jv->...ij", do, values[..., c:e, :]) - row_term.unsqueeze(-1))
+            ds = p * (torch.einsum("...iv,...jv->...ij", do, values[..., c:e, :]) - row_term[..., a:b].unsqueeze(-1))
             g_q[..., a:b, :] += torch.einsum("...ij,...jd->...id", ds, keys[..., c:e, :]) / root_d
             g_k[..., c:e, :] += torch.einsum("...ij,...id->...jd", ds, q) / root_d
     return g_q, g_k, g_v
 
 
-alternatives.add("query blocks outside, einsum", "query blocks in the outer loop, einsum, division by sqrt(d)",
-                 _alt_queries_outside)
+alternatives.add("through the merge, query blocks outside, einsum",
+                 "the merge's backward gives A's output and log-sum-exp their gradients, then A's own tiled "
+                 "backward with a loss on both; query blocks outside, einsum", _alt_through_the_merge)
 
 
-def _alt_autograd_per_tile(queries, keys, values, output, lse, grad_output, grad_lse, block):
-    # float64 inside; each tile's share comes from autograd on a surrogate sum(P * c) whose gradient
-    # with respect to S is P * (dP - D + grad_lse): c = dP - D + grad_lse with D and grad_lse constant.
+def _alt_autograd_per_tile(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse, block):
+    # float64 inside; each tile's share comes from autograd on a surrogate sum(P * c), P = exp(S - L) with the
+    # merged L, whose gradient with respect to S is P * c: c = dP - D + grad_lse with D and grad_lse constant.
     if type(block) is not int or block <= 0:
         raise ValueError(f"block={block!r}: expected a positive int")
     q64, k64, v64 = queries.double(), keys.double(), values.double()
@@ -387,109 +412,83 @@ def _alt_autograd_per_tile(queries, keys, values, output, lse, grad_output, grad
     q_parts = torch.split(torch.arange(q64.shape[-2]), block)
     for k_idx in torch.split(torch.arange(k64.shape[-2]), block):
         for q_idx in q_parts:
-            qb = q64[..., q_idx, :].requires_grad_(True)
-            kb = k64[..., k_idx, :].requires_grad_(True)
-            vb = v64[..., k_idx, :].requires_grad_(True)
+            qb, kb, vb = (t[..., idx, :].requires_grad_(True) for t, idx in ((q64, q_idx), (k64, k_idx), (v64, k_idx)))
             with torch.enable_grad():
                 p = torch.exp(qb @ kb.transpose(-2, -1) / math.sqrt(qb.shape[-1]) - l64[..., q_idx, None])
                 surrogate = (p * (do64[..., q_idx, :] @ vb.transpose(-2, -1) + const[..., q_idx, :])).sum()
                 gq, gk, gv = torch.autograd.grad(surrogate, (qb, kb, vb))
-            grads[0][..., q_idx, :] += gq
-            grads[1][..., k_idx, :] += gk
-            grads[2][..., k_idx, :] += gv
+            for total, idx, part in ((grads[0], q_idx, gq), (grads[1], k_idx, gk), (grads[2], k_idx, gv)):
+                total[..., idx, :] += part
     return grads[0].to(queries.dtype), grads[1].to(keys.dtype), grads[2].to(values.dtype)
 
 
 alternatives.add("autograd on each tile, float64", "float64 inside, index blocks from torch.split, autograd on a "
-                 "per-tile surrogate", _alt_autograd_per_tile)
+                 "per-tile surrogate with the merged log-sum-exp", _alt_autograd_per_tile)
 
 
-def _alt_library_plus_lse_term(queries, keys, values, output, lse, grad_output, grad_lse, block):
-    # The course package's tiled backward gives the part that comes from grad_output; the part that
-    # comes from grad_lse is added tile by tile: dS_ij = grad_lse_i * P_ij.
-    from attention_course import efficient
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be a positive integer, not {block!r}")
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_(True) for t in (queries, keys, values)]
-        out = efficient.tiled_attention_trainable(*leaves, block_q=block, block_k=block)
-        d_q, d_k, d_v = torch.autograd.grad(out, leaves, grad_output)
-    scale = queries.shape[-1] ** -0.5
-    for j in range(0, keys.shape[-2], block):
-        kb = keys[..., j:j + block, :]
-        for i in range(0, queries.shape[-2], block):
-            qb = queries[..., i:i + block, :]
-            ds = grad_lse[..., i:i + block, None] * torch.exp(
-                torch.matmul(qb, kb.mT) * scale - lse[..., i:i + block, None])
-            d_q[..., i:i + block, :] += torch.matmul(ds, kb) * scale
-            d_k[..., j:j + block, :] += torch.matmul(ds.mT, qb) * scale
-    return d_q, d_k, d_v
-
-
-alternatives.add("the package's tiled backward plus the log-sum-exp term",
-                 "efficient.tiled_attention_trainable under autograd for grad_output, a second tile loop for "
-                 "grad_lse", _alt_library_plus_lse_term)
-
-
-def _alt_first_pass_for_d(queries, keys, values, output, lse, grad_output, grad_lse, block):
-    # D_i = sum_j P_ij dP_ij, the definition, summed over all the keys in a first pass (output unused);
-    # dK and dV are built transposed, (..., d, n_k), and returned as transposed views.
+def _alt_first_pass_for_d(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse, block):
+    # Through the merge, with A's row term sum_j P^A_ij dP_ij summed over A's keys in a first pass (output_part
+    # unused there); dK and dV are built transposed, (..., d, n_k), and returned as transposed views.
     if type(block) is not int or block < 1:
         raise ValueError(f"expected block to be an int >= 1, received {block!r}")
     inv_root, n_q, n_k = queries.shape[-1] ** -0.5, queries.shape[-2], keys.shape[-2]
     tiles = [((a, a + block), (c, c + block)) for a in range(0, n_q, block) for c in range(0, n_k, block)]
+    share = torch.exp(lse_part - lse)[..., None]                                  # A's merge weight
 
     def tile(a, b, c, e):
-        p = torch.exp(torch.matmul(queries[..., a:b, :], keys[..., c:e, :].mT) * inv_root - lse[..., a:b, None])
+        p = torch.exp(torch.matmul(queries[..., a:b, :], keys[..., c:e, :].mT) * inv_root - lse_part[..., a:b, None])
         return p, torch.matmul(grad_output[..., a:b, :], values[..., c:e, :].mT)
 
-    row_sum = torch.zeros_like(lse)
+    own = torch.zeros_like(lse)
     for (a, b), (c, e) in tiles:
         p, d_p = tile(a, b, c, e)
-        row_sum[..., a:b] += (p * d_p).sum(-1)
-    shift = (row_sum - grad_lse)[..., None]
+        own[..., a:b] += (p * d_p).sum(-1)                                       # dO . O_A, from the tiles
+    # the merge's backward: A's output gets share * dO, A's log-sum-exp share * (dO . O_A - dO . O + grad_lse)
+    g_lse_a = share[..., 0] * (own - (grad_output * output).sum(-1) + grad_lse)
+    row = (share[..., 0] * own - g_lse_a)[..., None]                             # A's D minus its grad_lse
     d_q = torch.zeros_like(queries)
     d_k_t, d_v_t = (t.new_zeros(*t.shape[:-2], t.shape[-1], n_k) for t in (keys, values))
     for (a, b), (c, e) in tiles:
         p, d_p = tile(a, b, c, e)
-        d_s = p * (d_p - shift[..., a:b, :])
+        d_s = p * (share[..., a:b, :] * d_p - row[..., a:b, :])
         d_q[..., a:b, :] += torch.matmul(d_s, keys[..., c:e, :]) * inv_root
         d_k_t[..., c:e] += torch.matmul(queries[..., a:b, :].mT, d_s) * inv_root
-        d_v_t[..., c:e] += torch.matmul(grad_output[..., a:b, :].mT, p)
+        d_v_t[..., c:e] += torch.matmul(grad_output[..., a:b, :].mT, p * share[..., a:b, :])
     return d_q, d_k_t.mT, d_v_t.mT
 
 
-alternatives.add("D from a first pass over the tiles", "D summed as P * dP over all the keys in a first pass, "
-                 "dK and dV accumulated transposed and returned as views", _alt_first_pass_for_d)
+alternatives.add("A's row term from a first pass", "through the merge, A's own row term summed as P * dP over A's "
+                 "keys in a first pass, dK and dV accumulated transposed and returned as views", _alt_first_pass_for_d)
 
 
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch09_ex6", title="The backward pass when the loss uses the log-sum-exp too",
-    name="attention_backward_with_lse", reference=attention_backward_with_lse, points=3,
+    label="ch09_ex6", title="The backward pass of one part of split-key attention",
+    name="split_attention_backward", reference=split_attention_backward, points=3,
     checks=[
-        Check("grad_lse zero: 7 queries and 10 keys in blocks of 3, 6 and 9 in blocks of 4",
+        Check("grad_lse zero: A is 10 of 16 keys in blocks of 3, then the first 9 of 12 in blocks of 4",
               _zero_grad_lse_calls, hint=_HINT),
-        Check("grad_lse nonzero: leading axes (2, 3), (3,) and none, blocks that do not divide the tokens",
+        Check("grad_lse nonzero: leading axes (2, 3), (3,) and none, blocks that do not divide A's keys",
               _grad_lse_calls, seed=1, hint=_HINT),
-        Check("scores above 88 in float32 (exp of a score overflows)", _sharp_calls, seed=2,
-              compare=_close_for_the_score_size,
-              hint="these scores exceed 88; every result must be finite and match the float64 gradients. "
-                   + _HINT),
-        Check("float64; block 1 and a block wider than all the tokens", _extreme_block_calls, seed=3, hint=_HINT),
-        Check("tile by tile: 48 queries, 40 keys, blocks of 8, no tensor over 768 entries", _tile_calls, seed=4,
+        Check("scores above 88 in float32, in A and in another part (exp of a score overflows)", _sharp_calls,
+              seed=2, compare=_close_for_the_score_size,
+              hint="these scores exceed 88, in A (call 1) or in a part outside A (call 2); every result must be "
+                   "finite and match the float64 gradients. " + _HINT),
+        Check("float64; block 1 and a block wider than all of A's keys", _extreme_block_calls, seed=3, hint=_HINT),
+        Check("tile by tile: 48 queries, 40 keys in A, blocks of 8, no tensor over 768 entries", _tile_calls, seed=4,
               compare=_within_the_tile_budget,
               hint="this check compares the gradients first (the reason above says which differs, if any); "
                    "once they are right, no tensor created along the way may hold more than "
-                   "N x max(n_q, n_k) x max(block, d, d_v) entries, which a block of rows or columns of the "
+                   "N x max(n_q, n_k) x max(block, d, d_v) entries, which a block of rows or columns of A's "
                    "score matrix respects and the whole matrix does not."),
         Check("block 0, 2.0 or True raises ValueError naming block", _bad_block_calls, seed=5,
               must_mention=["block"], weight=ERROR_WEIGHT, compare=_raises_naming_block,
               hint="this check compares no values: block=2 must return, and block 0, 2.0 or True must raise "
                    "ValueError whose message names block. Check that block is an int (not a bool) of at least 1 "
                    "before the loops."),
-        Check("random sizes, leading axes, dtypes and blocks (hidden)", _hidden_calls, public=False, hint=_HINT),
+        Check("random sizes, parts, leading axes, dtypes and blocks (hidden)", _hidden_calls, public=False,
+              hint=_HINT),
         Check("tile by tile at random sizes (hidden)", _hidden_tile_calls, public=False,
               compare=_within_the_tile_budget,
               hint="no tensor created along the way may hold more than N x max(n_q, n_k) x max(block, d, d_v) "
