@@ -189,7 +189,7 @@ def test_correct_solution_full_marks_and_stub_zero_in_hostile_class(hostile):
     assert all("not implemented" in e.reason for e in by["stub"].exercises)
 
 
-@pytest.mark.parametrize("chapter", range(1, 11))
+@pytest.mark.parametrize("chapter", range(1, 12))
 def test_every_chapter_solution_full_marks_student_notebook_zero(sandbox, tmp_path, chapter):
     """Also proves that refusing the course's own answers in the child leaves every helper a
     correct solution uses working (chapter 8's and 9's runtime modules included)."""

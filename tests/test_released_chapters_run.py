@@ -46,7 +46,7 @@ PRACTICE = {8: ["ch08_ex2", "ch08_ex3"]}
 NOTED = {3: "ch03_ex\\d", 6: "ch06_ex2"}
 LATER = {4: "04_self_attention", 5: "05_causal_attention", 6: "06_multihead_attention", 7: "07_bahdanau",
          8: "08_transformer", 9: "09_attention_at_scale",
-         10: "10_attention_today"}
+         10: "10_attention_today", 11: "11_triton_kernel"}
 ALWAYS = {6}
 SLOW = pytest.mark.skipif(not os.environ.get("ATTENTION_COURSE_SLOW_TESTS"),
                           reason="a slow chapter's release and runs (set ATTENTION_COURSE_SLOW_TESTS=1)")

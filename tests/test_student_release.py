@@ -236,8 +236,8 @@ def test_a_release_needing_a_graded_answer_is_refused_with_the_way_out(tmp_path)
     assert "ch05_ex3" in caught.value.labels
 
 
-def test_a_release_of_all_ten_chapters_grades_only_what_it_hides(tmp_path):
-    result = release_students(ROOT, tmp_path / "all", chapters=range(1, 11), repository_url=STUDENT_REPO,
+def test_a_release_of_all_eleven_chapters_grades_only_what_it_hides(tmp_path):
+    result = release_students(ROOT, tmp_path / "all", chapters=range(1, 12), repository_url=STUDENT_REPO,
                               practice="auto", answers_released=[])
     graded = [row for row in result.report if row["status"] == "graded"]
     assert graded and all(not row["found"] for row in graded)

@@ -35,11 +35,11 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2]
 
 # What a child may import, in import order (attention_course.rooms: the library, and of the check
 # engine only running a call and disabling the course's answers). Missing ones are skipped.
-RUNTIME_MODULES = CHILD_MODULES
-# Shipped too, but imported by the zygote only when a submission needs them (before it forks that
-# submission's child: a child cannot read the runtime's files): chapter 11's kernels import triton
-# (about 1 GB installed, the kernels extra), which chapters 1-10 never wait for.
-ON_DEMAND_MODULES = ("kernels",)
+# Of them, these are shipped but imported by the zygote only when a submission needs them (before it
+# forks that submission's child: a child cannot read the runtime's files): chapter 11's kernels import
+# triton (about 1 GB installed, the kernels extra), which chapters 1-10 never wait for.
+ON_DEMAND_MODULES = tuple(m for m in ("kernels",) if m in CHILD_MODULES)
+RUNTIME_MODULES = tuple(m for m in CHILD_MODULES if m not in ON_DEMAND_MODULES)
 # Data folders of the package that student-facing modules read (e.g. translation.load_pretrained).
 RUNTIME_DATA_DIRS = ("pretrained",)
 DATA_SUFFIXES = (".pt", ".csv", ".txt", ".json")
@@ -93,7 +93,7 @@ def _imports_forbidden(source: str, name: str) -> str:
     return ""
 
 
-_SHIPPABLE = set(RUNTIME_MODULES) | {"checks"}
+_SHIPPABLE = set(CHILD_MODULES) | {"checks"}
 
 
 def build_runtime(dest: Path, package_dir: Path = PACKAGE_DIR) -> tuple:

@@ -68,8 +68,9 @@ def _recoverable(obj) -> bool:
 
 def _in_runtime(module: str) -> bool:
     """Whether a grading child can import ``module`` (the course's student-facing modules)."""
-    from .runtime import RUNTIME_MODULES
-    return not module.startswith("attention_course") or module in {f"attention_course.{m}" for m in RUNTIME_MODULES}
+    from .runtime import ON_DEMAND_MODULES, RUNTIME_MODULES
+    return not module.startswith("attention_course") or module in {f"attention_course.{m}" for m in
+                                                                   RUNTIME_MODULES + ON_DEMAND_MODULES}
 
 
 def mistake_source(exercise, mistake) -> Optional[str]:
