@@ -273,6 +273,37 @@ class _KernelMemory:
                 "out_of_bounds_stores": self.bad_stores, "reads": reads}
 
 
+# report=("inputs_unchanged",): the tensor arguments the call changed in place, under this extras key,
+# each as [its position (a keyword argument: its keyword), its name in the answer's own signature
+# ("argument N" where it has none)]: positions are compared, names are shown.
+WRITTEN_IN_PLACE = "arguments_written_in_place"
+
+
+def _watch_inputs(target: Any, args: list, kwargs: dict) -> list:
+    """``[(slot, name, tensor given, a copy of it)]`` for every tensor argument of a call, before it runs."""
+    import inspect
+    try:
+        names = list(inspect.signature(target).bind_partial(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        names = []
+    positional = [names[i] if i < len(names) else f"argument {i + 1}" for i in range(len(args))]
+    slots = list(zip(range(len(args)), positional, args)) + [(k, k, v) for k, v in kwargs.items()]
+    return [(slot, name, value, value.detach().clone()) for slot, name, value in slots
+            if isinstance(value, torch.Tensor)]
+
+
+def _changed(given: torch.Tensor, kept: torch.Tensor) -> bool:
+    """Whether a tensor argument differs from the copy taken before the call (shape, dtype or an
+    entry; NaN equals NaN)."""
+    given = given.detach()
+    if given.dtype != kept.dtype or given.shape != kept.shape:
+        return True
+    same = given == kept
+    if given.is_floating_point() or given.is_complex():
+        same |= torch.isnan(given) & torch.isnan(kept)
+    return not bool(same.all())
+
+
 def run_call(obj: Any, call, kind: str = "function") -> dict:
     """Execute ``call`` on ``obj`` and return its outcome as plain data."""
     try:
@@ -306,6 +337,7 @@ def run_call(obj: Any, call, kind: str = "function") -> dict:
                 f"expected a function, got {type(obj).__name__}"), note="wrong kind")
         if call.call_seed is not None:
             _seed(call.call_seed)
+        watched = _watch_inputs(target, args, kwargs) if "inputs_unchanged" in call.report else None
         recorder = _LargestTensor() if "largest_tensor" in call.report else None
         memory = _KernelMemory({i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor)}) \
             if "kernel_memory" in call.report else None
@@ -330,6 +362,8 @@ def run_call(obj: Any, call, kind: str = "function") -> dict:
         if "module_args_training" in call.report:   # the mode each layer argument is left in
             extras["training_flags_of_the_layer_arguments_after_the_call"] = [
                 bool(a.training) for a in args if isinstance(a, torch.nn.Module)]
+        if watched is not None:
+            extras[WRITTEN_IN_PLACE] = [[slot, name] for slot, name, given, kept in watched if _changed(given, kept)]
         if recorder is not None:
             extras["largest_tensor_entries"] = recorder.largest
         if memory is not None:

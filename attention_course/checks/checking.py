@@ -19,8 +19,9 @@ from typing import Any, Optional
 
 import torch
 
-from .plan import (exercise_plan, hidden_seed, outcomes_for, reference_outcomes,  # noqa: F401 - hidden_seed: re-exported
+from .plan import (exercise_plan, hidden_seed, name_for, outcomes_for, reference_outcomes,  # noqa: F401 - hidden_seed
                    trusted_outcomes_for)
+from .calls import WRITTEN_IN_PLACE
 from .registry import Check, Exercise, get_exercise
 
 # In every message of attention_course.checks.answers.no_credit_message (a grading child's too).
@@ -239,15 +240,40 @@ def compare_outcome(got: dict, want: dict, check: Check, call=None, require_mess
         reason = compare_values(grads, want["grads"], check.rtol, check.atol, "the gradient")
         if reason:
             return reason
+    reason = _written_in_place(got, want)
+    if reason:
+        return reason
     for key, value in want.get("extras", {}).items():
+        if key == WRITTEN_IN_PLACE:
+            continue
         if got.get("extras", {}).get(key) != value:
             return f"{key.replace('_', ' ')} are {got.get('extras', {}).get(key)!r}, expected {value!r}"
     return None
 
 
+def _written_in_place(got: dict, want: dict) -> Optional[str]:
+    """What a call with ``report=("inputs_unchanged",)`` changed in place that ``want``'s did not."""
+    if got.get("status") != "ok" or WRITTEN_IN_PLACE not in want.get("extras", {}):
+        return None
+    try:
+        theirs = [slot for slot, _ in want["extras"][WRITTEN_IN_PLACE]]
+        extra = [name for slot, name in got.get("extras", {}).get(WRITTEN_IN_PLACE, []) if slot not in theirs]
+    except (TypeError, ValueError):
+        return "the record of the arguments the call changed is malformed"
+    if not extra:
+        return None
+    names = " and ".join(str(n) for n in extra)
+    return f"the call changed its argument{'s' if len(extra) > 1 else ''} {names} in place: it must leave its inputs " \
+           f"as they were given"
+
+
 def compare_all(got: list, want: list, check: Check, calls: list, require_message: bool = True,
                 same_message: bool = False) -> Optional[str]:
     if check.compare is not None and not (same_message and _any_raised(want)):
+        for i, (g, w) in enumerate(zip(got, want)):   # a custom compare reads values; inputs are read here
+            reason = _written_in_place(g, w)
+            if reason:
+                return reason if len(calls) == 1 else f"call {i + 1} of {len(calls)}: {reason}"
         return check.compare(got, want, calls)
     for i, (g, w, c) in enumerate(zip(got, want, calls)):
         reason = compare_outcome(g, w, check, c, require_message, same_message)
@@ -448,7 +474,7 @@ def _time_limit(seconds: Optional[float]):
 
 def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] = None,
                time_limit: Optional[float] = None, refuse_answers: bool = False,
-               exercise: Optional[Exercise] = None, first_failure: bool = False) -> list:
+               exercise: Optional[Exercise] = None, first_failure: bool = False, true_names: bool = False) -> list:
     """Run an exercise's checks on ``obj``; never raises for a student's mistake.
 
     Public mode runs the public checks at their fixed seeds. Hidden mode (grading)
@@ -460,6 +486,8 @@ def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] =
     the grading child (:mod:`attention_course.checks.answers`); kept alternatives that adapt
     the library are checked without it. With ``first_failure``, the results end at the first
     check that fails (what a test needs to know of a wrong answer: that some check catches it).
+    With ``true_names`` (hidden mode in ``check(..., thorough=True)``), a check whose name quotes sizes
+    and whose calls here have other sizes than at its own seed is named for what ran (:func:`plan.name_for`).
     """
     from .answers import answers_refused
     exercise = exercise or get_exercise(label)
@@ -488,6 +516,8 @@ def run_checks(label: str, obj: Any, hidden: bool = False, seed: Optional[int] =
                 None, 0.0, max_points))
             continue
         result = judge(exercise, check, calls, got)
+        if true_names and hidden:
+            result.check = name_for(exercise, check, calls, describe_inputs)
         result.max_points = max_points
         result.points = result.max_points if result.passed else 0.0
         results.append(result)
@@ -537,7 +567,8 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None, thoro
     if thorough:
         import secrets
         seed = secrets.randbelow(2 ** 31)
-        results = run_checks(label, obj, hidden=True, seed=seed, time_limit=limit, refuse_answers=True)
+        results = run_checks(label, obj, hidden=True, seed=seed, time_limit=limit, refuse_answers=True,
+                             true_names=True)
         passed = sum(r.passed for r in results)
         print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} checks passed on fresh inputs "
               f"(seed {seed}; the hidden checks included; no points)")

@@ -10,6 +10,7 @@ chapter's setup cell) stays with the grader, which calls this.
 """
 from __future__ import annotations
 
+import re
 import warnings
 
 from dataclasses import dataclass
@@ -114,3 +115,34 @@ def exercise_plan(exercise: Exercise, seed: Optional[int] = None, *, hidden: boo
         return ExercisePlan(exercise, cells_from or keep.cells_from, checks, keep.refused)
     return ExercisePlan(exercise, cells_from or exercise.label, checks,
                         _answers_to_refuse(exercise) if reference else None)
+
+
+def _sizes(calls: list) -> list:
+    """What a check's name may quote of its calls: how many, each tensor's shape, each other argument."""
+    def size(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", tuple(value.shape))
+        if isinstance(value, (list, tuple)):
+            return [size(v) for v in value]
+        if isinstance(value, dict):
+            return sorted((str(k), size(v)) for k, v in value.items())
+        return repr(value)
+    return [size([c.args, c.kwargs, c.init_args or (), c.init_kwargs]) for c in calls]
+
+
+def name_for(exercise: Exercise, check: Check, calls: list, describe) -> str:
+    """The name to show for ``check`` run on ``calls`` (a thorough self-check's hidden draw): its own name
+    where that holds, that is where the name quotes no number or the calls have the sizes and arguments
+    of the check's own seed; otherwise the name marked as the check's own case, then the inputs that did
+    run (those of the first call, in the words of ``describe(exercise, call)``)."""
+    if not re.search(r"\d", check.name):
+        return check.name
+    try:
+        if _sizes(calls) == _sizes(check.make_calls(check.seed)):
+            return check.name
+        inputs = describe(exercise, calls[0]) if calls else ""
+        inputs = inputs if len(inputs) <= 200 else inputs[:199] + "\u2026"
+    except Exception:  # noqa: BLE001 - a name must never stop the checks
+        inputs = ""
+    more = f" (call 1 of {len(calls)})" if len(calls) > 1 else ""
+    return f"as \u201c{check.name}\u201d, on fresh inputs of other sizes or settings{': ' + inputs + more if inputs else ''}"

@@ -41,6 +41,9 @@ class Call:
     reports the mode (``training``) each layer argument is left in after the call;
     ``"largest_tensor"`` reports the largest tensor the call created, in entries of the memory
     under it (``calls._LargestTensor``), for checks that an answer works tile by tile;
+    ``"inputs_unchanged"`` names the tensor arguments the call changed in place (compared with a
+    copy taken before it), so that every compare, a custom one too, fails an answer that writes
+    into an input the reference leaves alone, and says which;
     ``"kernel_memory"`` records what the Triton kernels run in the interpreter during the call loaded
     and stored (``calls._KernelMemory``: loads and stores past a tensor, the largest load, the rows
     each program read), for chapter 11's kernel checks.

@@ -9,6 +9,7 @@ by one exercise only lives in that exercise's module. What is here:
 * :func:`shape_of` -- a shape as a plain tuple, for error messages;
 * :data:`ERROR_WEIGHT` -- the weight of an error-message check;
 * :func:`finite_then_close` and :func:`same_parameters` -- compares used by several chapters;
+* :func:`inputs_unchanged` -- a check's calls that also fail an answer changing an argument in place;
 * :func:`qkv_state` -- the state dict of the projections W_query, W_key, W_value that chapter 5's
   causal attention and chapter 6's multi-head attention load.
 """
@@ -143,3 +144,15 @@ def same_parameters(got, want, calls):
         if mine != theirs:
             return f"the parameters (name: shape) are {mine}, expected {theirs}"
     return None
+
+
+def inputs_unchanged(make_calls):
+    """``make_calls`` whose calls also record the tensor arguments the call changed in place
+    (``report=("inputs_unchanged",)``): every compare of the check, a custom one too, then fails an
+    answer that writes into an argument the reference leaves as it was, naming that argument."""
+    import dataclasses
+
+    def calls(seed):
+        return [dataclasses.replace(c, report=tuple(c.report) + ("inputs_unchanged",)) for c in make_calls(seed)]
+    calls.__name__ = calls.__qualname__ = getattr(make_calls, "__name__", "calls")
+    return calls

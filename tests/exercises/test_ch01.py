@@ -15,7 +15,7 @@ import torch
 
 from attention_course.checks.registry import all_exercises
 
-from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
+from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere, statement
 
 
 # ------------------------------------------------------------- ch01_ex1: attention_pool
@@ -146,20 +146,57 @@ def test_ch01_ex4_a_constant_answer_to_the_question_fails():
         assert failed_checks("ch01_ex4", always_one, seed), seed
 
 
+def _weight_near_half(queries, keys, salience, temperature=1.0, warned=None):
+    weights = _student_cued(queries, keys, salience, temperature)
+    if warned is None:
+        return weights
+    return int((weights[:, warned] - 0.5).abs().argmin())
+
+
 def test_ch01_ex4_the_query_whose_weight_on_the_warned_key_is_nearest_one_half_fails_the_hidden_draws():
-    """Blind solver's gap: a row's move peaks where its weight on the warned key is about 0.31, not 1/2.
-    On the chapter's stations this guess agrees with the query nearest to the warned key (that mistake's
-    hint is shown); the hidden draws always hold a case where it is wrong, at every grading seed."""
-    def weight_near_half(queries, keys, salience, temperature=1.0, warned=None):
+    """Blind solver's gap: a row's move does not peak where its weight on the warned key is 1/2. The hidden
+    draws always hold a case where this guess is wrong, at every grading seed."""
+    assert failed_checks("ch01_ex4", _weight_near_half)
+    for seed in (11, 2026, 7, 3, 5, 123):
+        failed = [r.check for r in failed_checks("ch01_ex4", _weight_near_half, seed)]
+        assert "the question on random points and saliences (hidden)" in failed, (seed, failed)
+
+
+def test_ch01_ex4_the_weight_nearest_one_half_gets_its_own_hint_in_public():
+    """Issue 40, item 4: on the chapter's stations this guess answered like the query nearest to the warned
+    key, so it got that mistake's hint. The public check now holds C's warning with a fourth query just past
+    C, where the nearest query, the farthest, the one whose weight is nearest 1/2 and the answer are four
+    different queries: the guess gets a hint of its own, which gives no index and no formula."""
+    assert_mistake("ch01_ex4", _weight_near_half, "the query whose weight on the warned key is nearest 1/2")
+    hint = mistake_hint("ch01_ex4", "the query whose weight on the warned key is nearest 1/2")
+    assert "(2, 2)" not in hint and "0.3" not in hint and "1 + 4" not in hint
+
+
+@pytest.mark.parametrize("kind", ["float", "tensor", "numpy"])
+def test_ch01_ex4_the_answer_to_the_question_is_a_python_int(kind):
+    """Issue 40, item 3: the contract asks for a Python int; a float or a 0-d tensor of the right index
+    passed the question's checks (the default compare reads numbers by value). Now they fail with a reason
+    that names the type returned; a NumPy integer counts as one, as the contract says."""
+    import numpy as np
+
+    def answer(queries, keys, salience, temperature=1.0, warned=None):
         weights = _student_cued(queries, keys, salience, temperature)
         if warned is None:
             return weights
-        return int((weights[:, warned] - 0.5).abs().argmin())
+        louder = salience.clone()
+        louder[warned] *= 5
+        moved = (_student_cued(queries, keys, louder, temperature) - weights).abs().sum(-1).argmax()
+        return {"float": float(moved), "tensor": moved, "numpy": np.int64(moved)}[kind]
 
-    assert failed_checks("ch01_ex4", weight_near_half)
-    for seed in (11, 2026, 7, 3, 5, 123):
-        failed = [r.check for r in failed_checks("ch01_ex4", weight_near_half, seed)]
-        assert "the question on random points and saliences (hidden)" in failed, (seed, failed)
+    if kind == "numpy":
+        passes_everywhere("ch01_ex4", answer)
+        return
+    failed = failed_checks("ch01_ex4", answer)
+    assert [r.check for r in failed] == [c.name for c in all_exercises(1) if c.label == "ch01_ex4"
+                                         for c in c.public_checks if c.name.startswith("the question")], failed
+    assert "the contract asks for a Python int" in failed[0].reason, failed[0].reason
+    assert ("float" if kind == "float" else "tensor") in failed[0].reason
+    assert "NumPy integer counts as one" in " ".join(statement("ch01_ex4").split())
 
 
 # ------------------------------------------------------------- ch01_ex5: zero_temperature_weights

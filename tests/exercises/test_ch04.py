@@ -266,6 +266,43 @@ def test_ch04_ex6_breaking_the_offset_property_is_reported_as_such():
     assert "depends on m, not on the offset" in offset.reason, offset.reason
 
 
+def _rope_writing_into(x, positions, base=10000.0, scale=1.0):
+    """A student's RoPE that turns the pairs of x where they stand (assignments into x's columns)."""
+    d = x.shape[-1]
+    angle = (positions.double() / scale)[..., None] * base ** (-torch.arange(0, d, 2).double() / d)
+    a, b = x[..., 0::2].double().clone(), x[..., 1::2].double().clone()    # float64 x: .double() is x itself
+    x[..., 0::2] = (a * angle.cos() - b * angle.sin()).to(x.dtype)
+    x[..., 1::2] = (a * angle.sin() + b * angle.cos()).to(x.dtype)
+    return x
+
+
+def test_ch04_ex6_turning_x_in_place_is_named_with_its_argument():
+    """Issue 40, item 3: an answer that writes the turned pairs into x returned the right rows, and the
+    checks (which copy every input) never saw x change; now every check fails it, in public and hidden,
+    with the argument named in the reason and the kept mistake's hint."""
+    assert_mistake("ch04_ex6", _rope_writing_into, "turned x in place")
+    for r in failed_checks("ch04_ex6", _rope_writing_into):
+        assert "changed its argument x in place" in r.reason, r.reason
+    for seed in (11, 2026):
+        assert failed_checks("ch04_ex6", _rope_writing_into, seed), seed
+
+
+def test_ch04_ex6_an_in_place_write_under_another_name_is_named_by_that_name():
+    """The reason names the argument as the answer's own signature calls it."""
+    def rope(rows, pos, base=10000.0, scale=1.0):
+        turned = _rope_writing_into(rows.clone(), pos, base, scale)
+        rows.mul_(1.0).add_(1.0)     # a stray in-place edit of the input
+        return turned
+    failed = failed_checks("ch04_ex6", rope)
+    assert failed and all("changed its argument rows in place" in r.reason for r in failed), [r.reason for r in failed]
+
+
+def test_ch04_ex6_a_copy_written_in_place_passes_everywhere():
+    """Writing into a copy of x is a correct answer of any style."""
+    passes_everywhere("ch04_ex6", lambda x, positions, base=10000.0, scale=1.0:
+                      _rope_writing_into(x.clone(), positions, base, scale))
+
+
 def test_ch04_ex6_open_question_has_a_reference_answer_in_its_solution_block():
     answer, student = _solution_only_answer("ch04_ex6")
     assert "2047.75" in answer and "fine-tuning" in answer

@@ -70,6 +70,17 @@ def test_ch10_ex1_a_float_count_fails():
     assert "float" in results[0].reason and "Python int" in results[0].reason
 
 
+def test_ch10_ex1_a_numpy_integer_count_passes_as_the_contract_says():
+    """Issue 40, item 3: the contract asks for a Python int and says a NumPy integer counts as one (it
+    converts exactly); the type check and its hint say the same, and a 0-d tensor still fails."""
+    import numpy as np
+    passes_everywhere("ch10_ex1", lambda c, n, b: np.int64(_bytes(c, n, b)))
+    assert "NumPy integer counts as one" in " ".join(statement("ch10_ex1").split())
+    results = failed_checks("ch10_ex1", lambda c, n, b: torch.tensor(_bytes(c, n, b)))
+    assert [r.check for r in results] == ["the count is a Python int (the named models)"], [r.line() for r in results]
+    assert "NumPy integer counts as one" in results[0].reason and "NumPy integer counts as one" in results[0].hint
+
+
 # ------------------------------------------------------------- ch10_ex2
 
 def _ring(queries, keys, values, window, slope, *, pointer="wrap", extra=0, distance="true", shift=False):
@@ -164,6 +175,26 @@ def test_ch10_ex3_output_right_but_cache_unwritten_fails():
         out, _, _ = _sinks(q, k, v, kc, vc, position, window, num_sinks)
         return out, kc, vc
     assert failed_checks("ch10_ex3", forgets_the_write)
+
+
+def test_ch10_ex3_writing_into_the_given_caches_is_named():
+    """Issue 40, item 3: a step that writes the new key and value into the caches it was given (and
+    returns them) had every value right and passed, since the checks copy their inputs; the contract
+    returns new caches and leaves its arguments as they were, and the reason names the caches."""
+    def in_place(q, k, v, kc, vc, position, window, num_sinks):
+        out, new_k, new_v = _sinks(q, k, v, kc, vc, position, window, num_sinks)
+        kc.copy_(new_k)
+        vc.copy_(new_v)
+        return out, kc, vc
+    assert_mistake("ch10_ex3", in_place, "wrote into the given caches")
+    for r in failed_checks("ch10_ex3", in_place):
+        assert "changed its arguments kc and vc in place" in r.reason, r.reason
+    for seed in (11, 2026):
+        assert failed_checks("ch10_ex3", in_place, seed), seed
+
+
+def test_ch10_ex3_the_contract_says_the_arguments_stay_as_given():
+    assert "leaves its arguments as they were" in " ".join(statement("ch10_ex3").split())
 
 
 # ------------------------------------------------------------- ch10_ex4

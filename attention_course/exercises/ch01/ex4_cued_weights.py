@@ -19,7 +19,8 @@ weight should grow with its salience *and* with its closeness to the query. Writ
 - Raise `ValueError` whose message contains `temperature` when `temperature <= 0`, and
   one containing `salience` when `salience` has a negative entry or no positive entry.
 - The chapter's question, answered by the same function: called with `warned=j`, the index of
-  a key of positive salience, it returns instead the index (a Python `int`) of the query whose
+  a key of positive salience, it returns instead the index (a Python `int`; a NumPy integer counts as one, a float or a
+  tensor does not) of the query whose
   row of weights moves most when key `j` issues a warning, that is when `salience[j]` is
   multiplied by 5 and every other salience stays as it is. A row moves by the sum, over the keys,
   of the absolute changes of its weights. (The checks leave a clear winner.)
@@ -184,21 +185,28 @@ def _cued_mentions(call):
 
 _STATION_KEYS = ((0.0, 0.0), (4.0, 0.0), (0.0, 3.0), (4.0, 3.0), (2.0, 1.0))
 _STATION_QUERIES = ((4.0, 0.0), (2.0, 2.0), (0.5, 2.5))
+# A fourth query past C: C's warning still moves (2, 2) most; the query nearest to C, the farthest
+# and the one whose weight on C is nearest 1/2 are three others.
+_QUERY_BESIDE_C = ((0.0, 3.5),)
 
 
 def _warning_calls(seed):
     """The chapter's stations and queries at temperature 4, B's warning and C's (both answered by the
-    query (2, 2), neither the query nearest to the warned station nor the farthest). At any seed but the
+    query (2, 2), neither the query nearest to the warned station nor the farthest), then C's warning
+    again with a fourth query just past C (still answered by (2, 2)). At any seed but the
     check's own (grading), the same case moved (:func:`moved`, not scaled: the temperature stays 4),
     the stations and the queries each in another order."""
     keys, queries = torch.tensor(_STATION_KEYS), torch.tensor(_STATION_QUERIES)
-    warned = [1, 2]
+    beside_c = torch.tensor(_STATION_QUERIES + _QUERY_BESIDE_C)
+    warned = [1, 2, 2]
     move = moved(seed, 8, 2, scales=(1.0,))
     if move is not None:
         key_order, query_order = move.order(5), move.order(3)
         keys, queries = move(keys)[key_order], move(queries)[query_order]
+        beside_c = move(beside_c)[move.order(4)]
         warned = [int(torch.nonzero(key_order == j)) for j in warned]
-    return [Call(args=(queries, keys, torch.ones(5)), kwargs={"temperature": 4.0, "warned": j}) for j in warned]
+    return [Call(args=(q, keys, torch.ones(5)), kwargs={"temperature": 4.0, "warned": j})
+            for q, j in zip((queries, queries, beside_c), warned)]
 
 
 def _warning_hidden_calls(seed):
@@ -321,6 +329,33 @@ mistakes.add("the query farthest from the warned key",
              "you answered with the query farthest from the warned key. That query gives the key a weight near "
              "0, and five times a weight near 0 is still near 0: its row barely moves.",
              _warned_by_distance(torch.argmax))
+
+
+@mistakes.keep("the query whose weight on the warned key is nearest 1/2",
+               "you answered with the query whose weight on the warned key is closest to 1/2, a guess at where "
+               "a row moves most, not the move itself; the largest move is not found there. Compute each row's "
+               "move as the contract defines it (over every key, the absolute changes of its weights, summed) "
+               "and take the largest.")
+def _warned_by_half_weight(queries, keys, salience, temperature=1.0, warned=None):
+    if warned is None:
+        return cued_weights(queries, keys, salience, temperature)
+    return int((cued_weights(queries, keys, salience, temperature)[:, warned] - 0.5).abs().argmin())
+
+
+def _compare_index(got, want, calls):
+    """Each answer the reference's index, and a Python int (a NumPy integer arrives as one)."""
+    from ...checks.checking import compare_all
+    reason = compare_all(got, want, Check("", lambda seed: [], "", rtol=0.0, atol=0.0), calls)
+    if reason:
+        return reason
+    for i, (mine, theirs) in enumerate(zip(got, want)):
+        if mine.get("status") == "ok" and type(mine["value"]) is not type(theirs["value"]):
+            value = mine["value"]
+            shown = (f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}" if hasattr(value, "shape")
+                     else f"the {type(value).__name__} {value!r}"[:60])
+            return (f"call {i + 1} of {len(calls)} returned {shown}; the contract asks for a Python int "
+                    f"(a NumPy integer counts as one)")
+    return None
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
@@ -449,12 +484,14 @@ register(Exercise(
         Check("9 queries, 13 keys of size 6 with zero saliences, a single key, far queries (hidden)",
               _cued_big_calls, seed=6, public=False, compare=finite_then_close(1e-4, 1e-5),
               hint="the result has shape (num_queries, num_keys), finite, for every size."),
-        Check("the question: which query a warning moves most (the chapter's stations, B's and C's warnings)",
-              _warning_calls, seed=8,
-              hint="with warned=j the result is a query's index (a Python int), the query whose row of weights "
-                   "moves most when salience[j] is multiplied by 5; here the queries are the chapter's three "
-                   "(in some order) at temperature 4."),
+        Check("the question: which query a warning moves most (the chapter's stations, B's and C's warnings, "
+              "then C's with a fourth query beside C)",
+              _warning_calls, seed=8, compare=_compare_index,
+              hint="with warned=j the result is a query's index (a Python int; a NumPy integer counts as one), the "
+                   "query whose row of weights moves most when salience[j] is multiplied by 5; here the queries are "
+                   "the chapter's three (in some order) at temperature 4, then a fourth one too."),
         Check("the question on random points and saliences (hidden)", _warning_hidden_calls, seed=9, public=False,
+              compare=_compare_index,
               hint="with warned=j the result is the index of the query whose row of weights moves most (sum of the "
                    "absolute changes) when salience[j] is multiplied by 5."),
     ],

@@ -18,7 +18,8 @@ are taken.
   has each pair $i$ (columns $2i$ and $2i+1$) turned as `rotate_pairs` turns it, by the angle
   $(p / s)\,\theta_i$ with $s$ = `scale`, $\theta_i = b^{-2i/d}$ and $b$ = `base`. Compute the angles in
   `torch.float64` whatever the dtype of `x`: in float32, the angle of a position in the tens of
-  thousands can be off by several thousandths of a radian.
+  thousands can be off by several thousandths of a radian. Leave `x` and `positions` as they were
+  given: the turned rows go into a new tensor.
 
 The checks compare your rotated rows with the expected ones entry by entry. When they differ,
 the reason says which property fails: that the score of a query turned at $m$ and a key turned
@@ -39,7 +40,7 @@ import torch
 
 from ...checks.checking import tensor_problem
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint
+from .._kit import Kept, gen, inputs_unchanged, randint
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -266,6 +267,19 @@ def _rope_float32_angles(x, positions, base=10000.0, scale=1.0):
     return _turn(x[..., 0::2].float(), x[..., 1::2].float(), angle, x.dtype)
 
 
+@mistakes.keep("turned x in place",
+               "your answer writes the turned pairs back into x itself (an assignment into x's columns, or an "
+               "in-place operation on x), so the caller's queries or keys are overwritten by the call. Build the "
+               "turned rows in a new tensor and leave x as it was given.")
+def _rope_in_place(x, positions, base=10000.0, scale=1.0):
+    angle = _angles(x, positions, base, scale)
+    first, second = x[..., 0::2].double().clone(), x[..., 1::2].double().clone()   # right values, x overwritten
+    cos, sin = angle.cos(), angle.sin()
+    x[..., 0::2] = (first * cos - second * sin).to(x.dtype)
+    x[..., 1::2] = (first * sin + second * cos).to(x.dtype)
+    return x
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
@@ -341,29 +355,35 @@ register(Exercise(
     label="ch04_ex6", title="Rotary embeddings with position interpolation",
     name="apply_rope", reference=apply_rope, points=3, kind="function",
     checks=[
-        Check("3 tokens of width 6 at positions 2, 0, 7, then base 100 at positions 1, 5", _fixed_calls,
+        Check("3 tokens of width 6 at positions 2, 0, 7, then base 100 at positions 1, 5",
+              inputs_unchanged(_fixed_calls),
               seed=_PUBLIC, compare=_property_compare(),
               hint="this check compares the turned rows with the expected ones entry by entry; the first "
                    "call's rows are 1 and 0 in alternate columns, so the reason shows which pair turned by "
                    "which angle."),
-        Check("the score of q at m and k at m+5, m-3 is the same at m = 0, 17, 250, 3000", _offset_calls,
+        Check("the score of q at m and k at m+5, m-3 is the same at m = 0, 17, 250, 3000",
+              inputs_unchanged(_offset_calls),
               seed=_PUBLIC, compare=_property_compare(_offset_property),
               hint="this check turns one query and two keys placed at offsets +5 and -3 from a starting "
                    "position m, for four values of m, and compares the rows and their scores."),
-        Check("apply_rope(x, p, scale=s) equals apply_rope(x, p / s), s = 4 and 2.5", _interpolation_calls,
+        Check("apply_rope(x, p, scale=s) equals apply_rope(x, p / s), s = 4 and 2.5",
+              inputs_unchanged(_interpolation_calls),
               seed=_PUBLIC, compare=_property_compare(_interpolation_property),
               hint="this check calls apply_rope with a scale and again with the positions divided by that "
                    "scale (fractional positions, default scale), and compares both with the expected rows."),
         Check("rows keep their length: per-sequence positions (2, 1, 5) in float64, fractional positions in "
-              "float32", _norm_calls, seed=_PUBLIC, compare=_property_compare(_norm_property),
+              "float32",
+              inputs_unchanged(_norm_calls), seed=_PUBLIC, compare=_property_compare(_norm_property),
               hint="this check turns a (2, 3, 5, 8) float64 x with one row of positions per sequence and a "
                    "(3, 4, 6) float32 x at fractional positions with base 500, and compares the rows and their "
                    "lengths."),
-        Check("float32 rows at positions up to 99,999, base 500000", _far_calls, seed=_PUBLIC,
+        Check("float32 rows at positions up to 99,999, base 500000",
+              inputs_unchanged(_far_calls), seed=_PUBLIC,
               compare=_property_compare(),
               hint="this check turns float32 rows at positions in the tens of thousands and compares them with "
                    "the expected rows entry by entry (tolerance 1e-5)."),
-        Check("random sizes, leading axes, dtypes, positions, bases and scales (hidden)", _random_calls, seed=5,
+        Check("random sizes, leading axes, dtypes, positions, bases and scales (hidden)",
+              inputs_unchanged(_random_calls), seed=5,
               public=False, compare=_property_compare(),
               hint="this check compares turned rows of random sizes, with and without leading axes, integer and "
                    "fractional positions, other bases and scales, entry by entry."),

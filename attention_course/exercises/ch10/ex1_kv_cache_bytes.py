@@ -11,7 +11,7 @@ the latent of `kv_latent_dim` numbers and the shared RoPE key of `rope_dim` numb
 whose ring-buffer cache keeps only the last `window` tokens, and the other layers keep every token.
 The cache holds the keys and values of `context_len >= 0` tokens of one sequence, each number
 stored in `bytes_per_number` bytes. Return the bytes of the whole cache (all layers) as a Python
-`int`.
+`int` (a NumPy integer counts as one; a float, even a whole one, or a tensor does not).
 """
 from __future__ import annotations
 
@@ -116,7 +116,8 @@ def _hidden_calls(seed):
 
 
 def _compare_int(got, want, calls):
-    """Only the type of each result: a Python int (its value is the other checks' business)."""
+    """Only the type of each result: a Python int (its value is the other checks' business). A NumPy
+    integer counts as one: the call's outcome records it as the Python int it equals exactly."""
     for i, (mine, call) in enumerate(zip(got, calls)):
         if mine.get("status") != "ok":
             return f"call {i + 1} of {len(calls)} raised {mine.get('error_type')}: {mine.get('message')}"[:300]
@@ -124,12 +125,13 @@ def _compare_int(got, want, calls):
             value = mine["value"]
             shown = (f"a tensor of shape {tuple(value.shape)}" if hasattr(value, "shape")
                      else f"{type(value).__name__} {value!r}"[:60])
-            return f"call {i + 1} of {len(calls)} returned {shown}; the contract asks for a Python int"
+            return f"call {i + 1} of {len(calls)} returned {shown}; the contract asks for a Python int " \
+                   f"(a NumPy integer counts as one)"
     return None
 
 
-_TYPE_HINT = ("this check reads only the type of each result: the contract asks for a Python int, the way "
-              "bytes are counted.")
+_TYPE_HINT = ("this check reads only the type of each result: the contract asks for a Python int (a NumPy "
+              "integer counts as one; a float, even a whole one, or a tensor does not), the way bytes are counted.")
 
 _HINT = ("this check compares the integer exactly, call by call (the reason says which call). Count, for one layer, "
          "the numbers the cache keeps per token, then the tokens each layer keeps.")

@@ -13,7 +13,8 @@ Write the new key and value into their slot, then attend with the new query over
 keeps: the sinks `0` to `num_sinks - 1` (those already decoded) and the positions
 `max(num_sinks, position - window + 1)` to `position`. Scores are `q · k / sqrt(d)`, with a softmax
 over those keys. Return the tuple `(output, k_cache, v_cache)`: the output of shape
-`(batch, num_heads, 1, d_v)` and the two caches after the write, all float32.
+`(batch, num_heads, 1, d_v)` and the two caches after the write, all float32. The step leaves its arguments as they were: the caches it returns are new tensors,
+not the given ones written in place.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import math
 import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
-from .._kit import Kept, gen, randint
+from .._kit import Kept, gen, inputs_unchanged, randint
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
@@ -110,13 +111,14 @@ _HINT = ("this check compares the output and both caches after the step, call by
 # Kept mistakes, each with its hint --------------------------------------------------------
 
 
-def _step_variant(slot_rule="contract", mask="kept"):
+def _step_variant(slot_rule="contract", mask="kept", in_place=False):
     def step(q_new, k_new, v_new, k_cache, v_cache, position, window, num_sinks):
         capacity = num_sinks + window
         slot = {"contract": _slot(position, window, num_sinks),
                 "after the sinks": position if position < num_sinks else
                 num_sinks + (position - num_sinks) % window}[slot_rule]
-        k_cache, v_cache = k_cache.clone(), v_cache.clone()
+        if not in_place:
+            k_cache, v_cache = k_cache.clone(), v_cache.clone()
         k_cache[..., slot, :], v_cache[..., slot, :] = k_new[..., 0, :], v_new[..., 0, :]
         scores = q_new @ k_cache.transpose(-2, -1) / math.sqrt(q_new.shape[-1])
         if mask == "kept":
@@ -150,6 +152,12 @@ mistakes.add("window slots counted after the sinks",
              "from the position itself modulo window, and the two disagree when num_sinks is not a multiple of "
              "window.",
              _step_variant(slot_rule="after the sinks", mask="prefix"))
+
+mistakes.add("wrote into the given caches",
+             "the output and the returned caches are right, but the new key and value were written into the "
+             "k_cache and v_cache passed in, so the call changed the caller's caches; the contract returns the "
+             "caches after the write as new tensors and leaves its arguments as they were.",
+             _step_variant(in_place=True))
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
@@ -209,11 +217,14 @@ register(Exercise(
     label="ch10_ex3", title="One decoding step with attention sinks",
     name="sink_cache_step", reference=sink_cache_step, points=2,
     checks=[
-        Check("while the cache fills: the first token, a sink, a token of the window", _filling_calls, seed=0,
+        Check("while the cache fills: the first token, a sink, a token of the window",
+              inputs_unchanged(_filling_calls), seed=0,
               hint=_HINT),
-        Check("long after the cache filled, the window's slots wrapped several times", _wrapped_calls, seed=1,
+        Check("long after the cache filled, the window's slots wrapped several times",
+              inputs_unchanged(_wrapped_calls), seed=1,
               hint=_HINT),
-        Check("random positions, windows and numbers of sinks (hidden)", _hidden_calls, seed=2, public=False,
+        Check("random positions, windows and numbers of sinks (hidden)",
+              inputs_unchanged(_hidden_calls), seed=2, public=False,
               hint=_HINT),
     ],
     mistakes=list(mistakes),
