@@ -76,8 +76,11 @@ def test_the_trigger_words():
     names = ("kernels",)
     assert needed({"setup": "from attention_course import kernels", "code": ""}, names) == ["kernels"]
     assert needed({"setup": "import torch", "code": "import triton.language as tl"}, names) == ["kernels"]
+    assert needed({"setup": "import torch", "code": "    from attention_course.kernels import flash_forward"},
+                  names) == ["kernels"]
     assert needed({"setup": "import torch", "code": "def attention_pool(w, v):\n    return w @ v\n"}, names) == []
-    assert needed({"setup": "", "code": "x = 'tri' + 'ton'"}, names) == []
+    assert needed({"setup": "# fused kernels and triton come in chapter 11", "code": "x = 'import triton'"},
+                  names) == []
 
 
 def test_a_students_interpreted_kernel_is_graded_in_the_sandbox(tmp_path):
@@ -91,9 +94,9 @@ def test_a_students_interpreted_kernel_is_graded_in_the_sandbox(tmp_path):
     chapter1 = json.loads(next((ROOT / "solutions").glob("01_*.ipynb")).read_text(encoding="utf-8"))
     first = exercise_cell_index(chapter1["cells"])
     label1 = next(iter(first))
-    # A chapter-1 cell that fails if the zygote holds triton (the word itself would make it load).
-    no_triton = ("import sys\nassert not [m for m in sys.modules if m.split('.')[0] == 'tri' + 'ton'], "
-                 "'the zygote imported the kernel compiler for chapter 1'\n")
+    # A chapter-1 cell that fails if the zygote holds triton (naming it, it does not import it).
+    no_triton = ("import sys\nassert not [m for m in sys.modules if m.split('.')[0] == 'triton'], "
+                 "'the zygote imported triton for chapter 1'\n")
     probe = with_exercise_code(chapter1, label1, no_triton + _src(chapter1["cells"][first[label1]]))
     subs = {"ch1": probe, "kernel": _ch11_submission(KERNEL), "unmasked": _ch11_submission(UNMASKED)}
     for name, nb in subs.items():

@@ -2,8 +2,8 @@
 
 Chapter 11's kernels (``attention_course.kernels``) import triton, the kernels extra (about 1 GB
 installed, ``triton==3.9.0``). The zygote of every chapter imports the library when it starts; it
-imports these modules only when the first submission that names them arrives (its setup cell or
-exercise cell says ``triton`` or ``kernels``), before it forks that submission's child, since a child
+imports these modules only when the first submission that imports them arrives (its setup cell or
+exercise cell imports ``triton`` or ``attention_course.kernels``), before it forks that submission's child, since a child
 can read neither the runtime's files nor import anything new of the course. Chapters 1-10 never wait
 for triton.
 
@@ -23,8 +23,10 @@ import linecache
 import os
 import re
 
-# A submission needs a module when its setup or exercise cell names one of these words.
-TRIGGERS = {"kernels": re.compile(r"\b(?:triton|kernels)\b")}
+# A submission needs a module when its setup or exercise cell imports it (a comment or a string that
+# merely says "kernels" does not count: where triton is missing, such a cell must still run).
+TRIGGERS = {"kernels": re.compile(r"^[ \t]*(?:from[ \t]+attention_course[ \t]+import[ \t][^#\n]*\bkernels\b"
+                                  r"|(?:import|from)[ \t]+(?:attention_course\.kernels|triton)\b)", re.M)}
 # The environment the zygote sets before importing the module, and every child's after it.
 ENVIRONMENT = {"kernels": {"TRITON_INTERPRET": "1"}}
 
