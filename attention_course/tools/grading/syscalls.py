@@ -21,6 +21,14 @@ new processes and program execution, SysV/POSIX IPC, io_uring, memfd, namespaces
 ptrace and cross-process memory, bpf, perf, userfaultfd, keyrings, ownership and device nodes,
 and everything an administrator does (modules, clocks, swap, reboot).
 
+Chapter 11 (issue 43) added nothing: a child grading a student's Triton kernel in triton 3.9.0's
+interpreter (triton and ``attention_course.kernels`` imported by the zygote before the fork, see
+:mod:`.ondemand`) was run under ``strace -f -Z`` (failed calls only) with this list loaded, and none of
+its calls was refused (the only EPERMs were the zygote's own probes: two sockets, memfd_create and a
+fork); the interpreter wrote no file (``TRITON_CACHE_DIR``, in the scratch folder, stayed absent).
+Compiling a kernel would need what stays refused (``ptxas`` runs as a new process, and a GPU's device
+files are outside Landlock's rules): a child always interprets.
+
 This file is copied into the grading runtime as ``_ac_syscalls.py`` beside ``_ac_walls.py``: plain
 data, no imports.
 """
