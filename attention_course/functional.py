@@ -161,6 +161,6 @@ class AdditiveAttention(nn.Module):
         check_attention_inputs(queries, keys, values, valid_lens, same_size=False)
         # (batch, num_queries, 1, h) + (batch, 1, num_keys, h) broadcasts to every pair.
         features = torch.tanh(self.W_q(queries).unsqueeze(2) + self.W_k(keys).unsqueeze(1))
-        scores = self.w_v(features).squeeze(-1)          # (batch, num_queries, num_keys)
-        weights = masked_softmax(scores, valid_lens)
+        # w_v turns each pair's features into one score: (batch, num_queries, num_keys).
+        weights = masked_softmax(self.w_v(features).squeeze(-1), valid_lens)
         return torch.bmm(self.dropout(weights), values), weights
