@@ -64,3 +64,32 @@ def test_the_report_without_any_kernel_says_so():
     out = run_call(lambda x: x + 1, Call(args=(torch.ones(2),), report=("kernel_memory",)))
     assert _memory(out) == {"launches": 0, "largest_load": 0, "out_of_bounds_loads": 0,
                             "out_of_bounds_stores": 0, "reads": {}}
+
+
+def test_a_session_that_compiles_kernels_is_told_to_check_in_the_interpreter(monkeypatch, capsys):
+    """On a GPU machine, a notebook without TRITON_INTERPRET compiles its kernels, which cannot take the
+    checks' CPU tensors nor record their loads: check() says so once and runs nothing (the
+    answer would raise if called); exercises without kernels are checked as always."""
+    from attention_course import check
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    calls = []
+
+    def masked_row_softmax(x, valid_lens, block):
+        calls.append(1)
+        raise AssertionError("called")
+    check("ch11_ex1", masked_row_softmax)
+    out = capsys.readouterr().out
+    assert not calls, out
+    assert "0/" in out and "TRITON_INTERPRET=1" in out and "interpreter" in out, out
+
+    def attention_pool(weights, values):
+        return weights @ values
+    check("ch01_ex1", attention_pool)
+    out = capsys.readouterr().out
+    assert "TRITON_INTERPRET" not in out and "\u2713" in out, out
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    check("ch11_ex1", masked_row_softmax)
+    out = capsys.readouterr().out
+    assert calls and "TRITON_INTERPRET=1 as" not in out, out

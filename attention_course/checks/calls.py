@@ -383,3 +383,22 @@ def _raised(error: BaseException, note: str = "") -> dict:
         "message": str(error)[:2000],
         "note": note,
     }
+
+
+def kernels_compiled(exercise) -> str:
+    """Why a kernel exercise cannot be checked in this session, or "": its checks record every load of
+    the kernel (``report=("kernel_memory",)``), which only Triton's interpreter can, on CPU tensors."""
+    import os
+    import sys
+    if "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return ""
+    import torch
+    if not torch.cuda.is_available() or not exercise.checks:
+        return ""
+    first = exercise.checks[0]
+    if not any("kernel_memory" in call.report for call in first.make_calls(first.seed)):
+        return ""
+    return ("this session compiles Triton kernels for its GPU, and the checks of a kernel exercise run your "
+            "kernel in Triton's interpreter, which records every load and store (on CPU tensors). Restart the "
+            "notebook's kernel with `%env TRITON_INTERPRET=1` as its first cell to check your answers "
+            "(bench/kernels.py times the compiled kernels). Nothing of your work was run.")

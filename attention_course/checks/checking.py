@@ -559,6 +559,12 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None, thoro
         print(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
         print(f"  {FAIL} {refused}")
         return
+    from .calls import kernels_compiled
+    compiled = kernels_compiled(exercise)
+    if compiled:
+        print(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
+        print(f"  {FAIL} {compiled}")
+        return
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
     if thorough and exercise.stored:
         print(f"{label} \u00b7 {exercise.name}: the thorough self-check is not part of this release; "
