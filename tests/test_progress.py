@@ -161,3 +161,19 @@ def test_colours_only_for_a_terminal():
     assert 1 <= len(reason_lines) <= 3 and all(len(l) <= 80 for l in reason_lines)
     coloured = render([book], [], color=True, width=80)
     assert "\033[32m\u2713\033[0m" in coloured and "\033[31m\u2717\033[0m" in coloured
+
+
+def test_a_failing_exercise_shows_the_hint_of_the_mistake_it_matched():
+    """The table's line for a failing exercise: its first failing check and why, and, where the answer
+    behaved like a kept mistake, that mistake's hint (which names it); a check's own hint only restates
+    what the check does, so it stays out of the table."""
+    from attention_course.checks.checking import CheckResult
+    from attention_course.tools.grading.grader import ExerciseResult
+    from attention_course.tools.progress import _status
+    named = CheckResult("ch03_ex2", "1-D valid_lens", False, "item 0 differs", "valid_lens is ignored.", "valid_lens ignored")
+    plain = CheckResult("ch03_ex2", "1-D valid_lens", False, "item 0 differs", "this check loads parameters.")
+    passed = CheckResult("ch03_ex2", "parameters", True)
+    status, line = _status(ExerciseResult("ch03_ex2", "AdditiveAttention", "Additive", 1, checks=[passed, named]))
+    assert line == "1-D valid_lens: item 0 differs Hint: valid_lens is ignored.", line
+    status, line = _status(ExerciseResult("ch03_ex2", "AdditiveAttention", "Additive", 1, checks=[passed, plain]))
+    assert line == "1-D valid_lens: item 0 differs", line

@@ -130,7 +130,11 @@ def _status(result) -> tuple:
         status = MISSING if "no cells for" in result.reason or "define no" in result.reason else FAILING
         return status, result.reason
     failed = next((c for c in result.checks if not c.passed), None)
-    return FAILING, f"{failed.check}: {failed.reason}" if failed else result.reason
+    if not failed:
+        return FAILING, result.reason
+    # A kept mistake's hint names the mistake: worth its line (a check's own hint only restates it).
+    named = f" Hint: {failed.hint}" if failed.mistake and failed.hint else ""
+    return FAILING, f"{failed.check}: {failed.reason}{named}"
 
 
 def run_progress(notebooks: list, jobs: int = 2, time_limit: float = 10.0, memory_mb: int = 1024,
