@@ -97,6 +97,9 @@ def compare_values(got: Any, want: Any, rtol: float, atol: float, where: str = "
             return None
         if not torch.equal(torch.isnan(got), torch.isnan(want)):
             return f"{where} has NaN where it should not (or lacks NaN where expected)"
+        inf_got, inf_want = torch.isinf(got), torch.isinf(want)
+        if not torch.equal(inf_got, inf_want) or not torch.equal(got[inf_got], want[inf_want]):
+            return f"{where} has an infinity where it should not (or lacks one, or its sign, where expected)"
         g, w = torch.nan_to_num(got.double()), torch.nan_to_num(want.double())
         if not torch.allclose(g, w, rtol=rtol, atol=atol):
             err = (g - w).abs().max().item()

@@ -78,6 +78,54 @@ def test_ch11_ex1_a_row_in_one_block_is_named():
     assert_mistake("ch11_ex1", _student_softmax(whole_row=True), "whole row loaded at once")
 
 
+# An independent solver's two-pass kernel (it walks all n columns and guards an all-padding block),
+# with the three slips whose feedback was only the check's own hint before they were kept.
+@triton.jit
+def _solver_softmax(x_ptr, lens_ptr, out_ptr, n_cols, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    row = tl.program_id(0)
+    length = tl.load(lens_ptr + row)
+    base = row * n_cols
+    m = tl.full((), float("-inf"), tl.float32)
+    total = tl.zeros((), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        if BUG == "zero padding":
+            x = tl.load(x_ptr + base + cols, mask=cols < length, other=0.0)
+        elif BUG == "bound by n":
+            x = tl.load(x_ptr + base + cols, mask=cols < n_cols, other=float("-inf"))
+        else:
+            x = tl.load(x_ptr + base + cols, mask=cols < length, other=float("-inf"))
+        m_next = tl.maximum(m, tl.max(x, axis=0))
+        safe = tl.where(m_next == float("-inf"), 0.0, m_next)
+        if BUG == "block max":
+            bm = tl.max(x, axis=0)
+            total = total + tl.sum(tl.exp(x - tl.where(bm == float("-inf"), 0.0, bm)), axis=0)
+            m_next = bm
+        else:
+            total = total * tl.exp(m - safe) + tl.sum(tl.exp(x - safe), axis=0)
+        m = m_next
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + base + cols, mask=cols < length, other=float("-inf"))
+        tl.store(out_ptr + base + cols, tl.where(cols < length, tl.exp(x - m) / total, 0.0), mask=cols < n_cols)
+
+
+def _solver(bug):
+    def masked_row_softmax(x, valid_lens, block):
+        out = torch.empty_like(x)
+        _solver_softmax[(x.shape[0],)](x, valid_lens, out, x.shape[1], BLOCK=block, BUG=bug)
+        return out
+    return masked_row_softmax
+
+
+@pytest.mark.parametrize("bug, mistake", [("zero padding", "padding loaded as 0.0"),
+                                          ("block max", "each block's own maximum"),
+                                          ("bound by n", "first pass bounded by n")])
+def test_ch11_ex1_the_solvers_slips_are_named(bug, mistake):
+    passes_everywhere("ch11_ex1", _solver(""))
+    assert_mistake("ch11_ex1", _solver(bug), mistake)
+
+
 def test_ch11_ex1_torch_in_the_launcher_earns_nothing():
     def masked_row_softmax(x, valid_lens, block):
         keep = torch.arange(x.shape[1])[None, :] < valid_lens[:, None]

@@ -107,6 +107,10 @@ def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), r
     from ...checks.checking import compare_outcome
     values = Check("values", lambda seed: [], hint="", rtol=rtol, atol=atol)
 
+    # Attention kernels count rows over the flattened (heads x tokens) axis; a row kernel has one per program.
+    counted = " (rows counted over the flattened (heads x tokens) axis)" if len(names) > 1 else ""
+    unit = "block of them" if len(names) > 1 else "row"
+
     def compare(got, want, calls):
         for i, (mine, theirs, call) in enumerate(zip(got, want, calls)):
             where = "" if len(calls) == 1 else f"call {i + 1} of {len(calls)}: "
@@ -149,15 +153,13 @@ def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), r
             m_rows, t_rows = rows_read(mine, sizes), rows_read(theirs, sizes)
             for q_rows in sorted(r for r in t_rows if r):    # programs that read no row of argument 0: free
                 if q_rows not in m_rows:
-                    return (where + f"no program read exactly rows {_ranges(q_rows)} of {names[0]} (rows counted over "
-                            "the flattened (heads x tokens) axis): one program per block of them is expected, "
-                            "reading them where they are")
+                    return (where + f"no program read exactly rows {_ranges(q_rows)} of {names[0]}{counted}: one "
+                            f"program per {unit} is expected, reading {names[0]} where it is")
                 for pos in sorted(t_rows[q_rows]):
                     expected = t_rows[q_rows][pos]
                     found = m_rows[q_rows].get(pos, set())
                     if found != expected:
                         return (where + f"the program that read rows {_ranges(q_rows)} of {names[0]} read rows "
-                                f"{_ranges(found)} of {names[pos]}; expected rows {_ranges(expected)} (rows "
-                                "counted over the flattened (heads x tokens) axis)")
+                                f"{_ranges(found)} of {names[pos]}; expected rows {_ranges(expected)}{counted}")
         return None
     return compare

@@ -168,6 +168,60 @@ def _empty_row_nan(x, valid_lens, block):
     return out
 
 
+# A student's two-pass kernel over all n columns, with one of three slips (MODE): 1 the padding
+# loaded as 0.0 enters the maximum and the sum; 2 each block's sum taken against that block's own
+# maximum, none carried; 3 the first pass bounded by n instead of the row's valid length.
+def _over_all_columns(x_ptr, lens_ptr, out_ptr, n_cols, BLOCK: tl.constexpr, MODE: tl.constexpr):
+    row = tl.program_id(0)
+    length = tl.load(lens_ptr + row)
+    top = tl.full((), float("-inf"), tl.float32)
+    total = tl.zeros((), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        if MODE == 1:
+            xs = tl.load(x_ptr + row * n_cols + cols, mask=cols < length, other=0.0)
+        elif MODE == 3:
+            xs = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=float("-inf"))
+        else:
+            xs = tl.load(x_ptr + row * n_cols + cols, mask=cols < length, other=float("-inf"))
+        new_top = tl.maximum(top, tl.max(xs, 0))
+        safe = tl.where(new_top == float("-inf"), 0.0, new_top)
+        if MODE == 2:
+            own = tl.max(xs, 0)
+            total += tl.sum(tl.exp(xs - tl.where(own == float("-inf"), 0.0, own)), 0)
+            new_top = own
+        else:
+            total = total * tl.exp(top - safe) + tl.sum(tl.exp(xs - safe), 0)
+        top = new_top
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        xs = tl.load(x_ptr + row * n_cols + cols, mask=cols < length, other=float("-inf"))
+        tl.store(out_ptr + row * n_cols + cols, tl.where(cols < length, tl.exp(xs - top) / total, 0.0),
+                 mask=cols < n_cols)
+
+
+def _slip(mode):
+    def launch(x, valid_lens, block):
+        out = torch.empty_like(x)
+        jit(_over_all_columns)[(x.shape[0],)](x, valid_lens, out, x.shape[1], BLOCK=block, MODE=mode)
+        return out
+    return launch
+
+
+mistakes.keep("padding loaded as 0.0",
+              "the entries past a row's valid length are loaded as 0.0 (`other=0.0`), so they take part in the "
+              "maximum and each adds a term to the sum: a padded entry must add nothing, so load it as -inf "
+              "(or leave it out of both with tl.where), as the chapter's padding example shows.")(_slip(1))
+mistakes.keep("each block's own maximum",
+              "each block's terms are summed against that block's own maximum and the maximum is not carried: "
+              "terms taken against different maxima cannot be added, and the weights are written against the "
+              "last block's maximum only. Keep one running maximum for the row and rescale the sum when it "
+              "grows.")(_slip(2))
+mistakes.keep("first pass bounded by n",
+              "the pass that finds the maximum and the sum reads all n entries of the row, not its first "
+              "valid_lens[r]: entries past the valid length must take no part in the softmax.")(_slip(3))
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
