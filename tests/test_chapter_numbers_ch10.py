@@ -9,11 +9,11 @@ prose must be updated with the table. The others are printed by the notebook's o
 what the prose says about them.
 """
 import csv
-import json
 import math
 import re
 from pathlib import Path
 
+import notebook_text
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,24 +21,18 @@ BENCH = ROOT / "bench"
 NOTEBOOK = ROOT / "solutions" / "10_attention_today.ipynb"
 
 
-def _cells():
-    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-
-
 def _normal(text):
-    return " ".join(text.split())
+    return notebook_text.normal(text)
 
 
 @pytest.fixture(scope="module")
 def prose():
-    return " ".join(_normal("".join(c["source"])) for c in _cells() if c["cell_type"] == "markdown")
+    return notebook_text.prose(NOTEBOOK)
 
 
 def _output_of(marker):
     """The stored text output of the one code cell whose source contains ``marker``."""
-    cells = [c for c in _cells() if c["cell_type"] == "code" and marker in "".join(c["source"])]
-    assert len(cells) == 1, f"{len(cells)} code cells of {NOTEBOOK.name} contain {marker!r}"
-    return "".join("".join(o.get("text", "")) for o in cells[0]["outputs"] if o.get("output_type") == "stream")
+    return notebook_text.output_of(NOTEBOOK, marker)
 
 
 def _table(name):

@@ -5,32 +5,26 @@ Each test computes the number independently (a formula here, not the notebook's 
 the stored output shows it, and looks for the sentence in the markdown (whitespace ignored), so an
 edit of a cell that moves a number fails here until the prose follows.
 """
-import json
 from pathlib import Path
 
+import notebook_text
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "solutions" / "11_triton_kernel.ipynb"
 
 
-def _cells():
-    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-
-
 def _normal(text):
-    return " ".join(text.split())
+    return notebook_text.normal(text)
 
 
 @pytest.fixture(scope="module")
 def prose():
-    return " ".join(_normal("".join(c["source"])) for c in _cells() if c["cell_type"] == "markdown")
+    return notebook_text.prose(NOTEBOOK)
 
 
 def _output_of(marker):
-    cells = [c for c in _cells() if c["cell_type"] == "code" and marker in "".join(c["source"])]
-    assert len(cells) == 1, f"{len(cells)} code cells of {NOTEBOOK.name} contain {marker!r}"
-    return _normal("".join("".join(o.get("text", "")) for o in cells[0].get("outputs", [])))
+    return _normal(notebook_text.output_of(NOTEBOOK, marker))
 
 
 def _ceil(a, b):
