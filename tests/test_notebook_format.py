@@ -27,3 +27,15 @@ def test_the_check_can_fail(tmp_path):
                     encoding="utf-8")
     with pytest.raises(AssertionError, match="not in nbformat's form"):
         test_solution_notebook_is_stored_as_nbformat_writes_it(bent)
+
+
+CHAPTERS = [p for p in NOTEBOOKS if p.name[:2].isdigit()]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.name for p in CHAPTERS])
+def test_each_chapter_says_how_to_run_its_hidden_checks(path):
+    """Self-study readers meet the thorough self-check in every chapter's exercises, with a label of
+    that chapter (issue 40): `check("chNN_exM", ..., thorough=True)` and `progress --thorough`."""
+    text = "".join("".join(c.source) for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    assert f'check("ch{path.name[:2]}_ex' in text and "thorough=True" in text, path.name
+    assert "progress --thorough" in text, path.name
