@@ -277,6 +277,9 @@ class _KernelMemory:
 # each as [its position (a keyword argument: its keyword), its name in the answer's own signature
 # ("argument N" where it has none)]: positions are compared, names are shown.
 WRITTEN_IN_PLACE = "arguments_written_in_place"
+# The hint of a check that such a change fails when no kept mistake explains it (the check's own hint speaks of values).
+IN_PLACE_HINT = ("an argument was changed where it stands (the reason names it; an indexed write, *= or an in-place "
+                 "method does that): work on a copy or on new tensors, so that the caller's arguments stay as given.")
 
 
 def _watch_inputs(target: Any, args: list, kwargs: dict) -> list:

@@ -21,7 +21,7 @@ import torch
 
 from .plan import (exercise_plan, hidden_seed, name_for, outcomes_for, reference_outcomes,  # noqa: F401 - hidden_seed
                    trusted_outcomes_for)
-from .calls import WRITTEN_IN_PLACE
+from .calls import IN_PLACE_HINT, WRITTEN_IN_PLACE
 from .registry import Check, Exercise, get_exercise
 
 # In every message of attention_course.checks.answers.no_credit_message (a grading child's too).
@@ -410,7 +410,8 @@ def _judge(exercise: Exercise, check: Check, calls: list, got: list, reference: 
         # calls: the same values, or the same error type and the same message.
         if compare_all(got, theirs, check, calls, same_message=True) is None:
             return CheckResult(exercise.label, check.name, False, reason, mistake.hint, mistake.name)
-    return CheckResult(exercise.label, check.name, False, reason, check.hint)
+    hint = IN_PLACE_HINT if " in place: it must leave its inputs" in reason else check.hint   # an unkept in-place change
+    return CheckResult(exercise.label, check.name, False, reason, hint)
 
 
 def check_points(exercise: Exercise, check: Check, checks: Optional[list] = None) -> float:
