@@ -12,7 +12,9 @@ import math
 import pytest
 import torch
 
-from attention_course.checks.registry import all_exercises
+from attention_course.checks.calls import IN_PLACE_HINT
+from attention_course.checks.checking import hidden_seed, judge, outcomes_for
+from attention_course.checks.registry import all_exercises, get_exercise
 
 from exercise_helpers import BLAMING, assert_mistake, failed_checks, passes_everywhere, statement
 
@@ -148,10 +150,22 @@ def _sinks(q, k, v, kc, vc, position, window, num_sinks, *, slot_rule="mod", att
         slots = list(range(num_sinks + window))
     elif attend == "first slots":
         slots = list(range(min(position + 1, num_sinks + window)))
+    elif attend == "one too wide":          # window + 1 recent positions ("<=" where "<" was meant)
+        sinks = [p for p in range(num_sinks) if p <= position]
+        slots = [slot(p) for p in sinks + list(range(max(num_sinks, position - window), position + 1))]
+    elif attend == "sinks twice":           # the window's start not raised to num_sinks
+        sinks = [p for p in range(num_sinks) if p <= position]
+        slots = [slot(p) for p in sinks + list(range(max(0, position - window + 1), position + 1))]
     else:
         keep = [p for p in range(position + 1)
-                if p > position - window or (attend == "kept" and p < num_sinks)]
+                if p > position - window or (attend in ("kept", "masked", "additive") and p < num_sinks)]
         slots = [slot(p) for p in keep]
+    if attend in ("masked", "additive"):    # every slot scored, the others masked, every slot's value used
+        mask = torch.full((num_sinks + window,), -math.inf)
+        mask[slots] = 0.0
+        scores = q @ kc.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        scores = scores + mask if attend == "additive" else scores.masked_fill(mask < 0, -math.inf)
+        return scores.softmax(-1) @ vc, kc, vc
     scores = q @ kc[:, :, slots].transpose(-1, -2) / math.sqrt(q.shape[-1])
     return scores.softmax(-1) @ vc[:, :, slots], kc, vc
 
@@ -165,7 +179,12 @@ def test_ch10_ex3_a_position_list_passes_everywhere():
     ("unwritten slots attended", {"attend": "all"}),
     ("slots assumed to fill in order", {"attend": "first slots"}),
     ("window slots counted after the sinks", {"slot_rule": "after", "attend": "first slots"}),
-], ids=lambda x: x if isinstance(x, str) else "")
+    # An independent solver's bugs that got only the check's hint (the chapter warns of the first).
+    ("window one position too wide", {"attend": "one too wide"}),
+    ("sinks attended twice", {"attend": "sinks twice"}),
+    ("unwritten slots' inf and NaN reached the output", {"attend": "masked"}),
+    ("unwritten slots' inf and NaN reached the output", {"attend": "additive"}),
+], ids=lambda x: x if isinstance(x, str) else "-".join(x.values()))
 def test_ch10_ex3_each_cache_bug_gets_its_hint(mistake, options):
     assert_mistake("ch10_ex3", lambda *a: _sinks(*a, **options), mistake)
 
@@ -195,6 +214,57 @@ def test_ch10_ex3_writing_into_the_given_caches_is_named():
 
 def test_ch10_ex3_the_contract_says_the_arguments_stay_as_given():
     assert "leaves its arguments as they were" in " ".join(statement("ch10_ex3").split())
+
+
+def test_ch10_ex3_the_new_bugs_fail_the_hidden_check_at_every_seed():
+    """The solver's "sinks attended twice" answer passed the hidden check at its seed (no call had the
+    window reaching back over the sinks) and "inf and NaN" answers passed everywhere (unwritten slots held
+    finite numbers only). The hidden check now always holds both cases."""
+    exercise = get_exercise("ch10_ex3")
+    hidden = next(c for c in exercise.checks if not c.public)
+    index = exercise.checks.index(hidden)
+    for attend in ("sinks twice", "masked", "additive", "one too wide"):
+        for seed in range(12):
+            calls = hidden.make_calls(hidden_seed(seed, index))
+            got = outcomes_for(lambda *a: _sinks(*a, attend=attend), calls, "function")
+            assert not judge(exercise, hidden, calls, got).passed, (attend, seed)
+
+
+def test_ch10_ex3_the_checks_hold_unwritten_slots_of_inf_and_nan():
+    exercise = get_exercise("ch10_ex3")
+    for index, check in enumerate(exercise.checks):
+        if "wrapped" in check.name:
+            continue
+        for seed in [check.seed] if check.public else [hidden_seed(s, index) for s in (11, 2026, 7)]:
+            caches = [call.args[4] for call in check.make_calls(seed)]
+            assert any(bool(torch.isnan(c).any()) and bool(torch.isinf(c).any()) for c in caches), (check.name, seed)
+
+
+def test_ch10_ex3_an_argument_changed_in_place_gets_a_hint_that_speaks_of_it():
+    """Before: an answer that scaled q_new in place got the right reason, then the check's hint ("compares
+    the output and both caches"), which does not fit. An in-place change that no kept mistake explains now
+    gets the engine's in-place hint."""
+    def scales_the_query(q, k, v, kc, vc, position, window, num_sinks):
+        q /= math.sqrt(q.shape[-1])
+        return _sinks(q * math.sqrt(q.shape[-1]), k, v, kc, vc, position, window, num_sinks)
+
+    def squeezes_the_key(q, k, v, kc, vc, position, window, num_sinks):
+        k.squeeze_(-2)
+        return _sinks(q, k.unsqueeze(-2), v, kc, vc, position, window, num_sinks)
+    for answer, name in ((scales_the_query, "q"), (squeezes_the_key, "k")):
+        failed = failed_checks("ch10_ex3", answer)
+        assert len(failed) == 2, [r.line() for r in failed]
+        for r in failed:
+            assert f"changed its argument {name} in place" in r.reason, r.reason
+            assert r.mistake is None and r.hint == IN_PLACE_HINT, r.hint
+        assert failed_checks("ch10_ex3", answer, 11)
+
+
+def test_ch10_ex3_the_contract_is_plain_about_the_sinks_and_unwritten_slots():
+    text = " ".join(statement("ch10_ex3").split())
+    assert "those of the positions `0` to `num_sinks - 1` that are at most `position`" in text
+    assert "each kept position counts once" in text
+    assert "inf and NaN included" in text
 
 
 # ------------------------------------------------------------- ch10_ex4

@@ -8,13 +8,14 @@ of the token at position `position >= 0` (the number of tokens decoded before it
 `v_cache`, of shapes `(batch, num_heads, num_sinks + window, d)` and
 `(batch, num_heads, num_sinks + window, d_v)` with `window >= 1`, hold the earlier tokens' keys and
 values: position `p` lives in slot `p` if `p < num_sinks`, else in slot `num_sinks + p % window`;
-a slot no token has reached yet holds arbitrary numbers.
+a slot no token has reached yet holds arbitrary values, inf and NaN included (memory never written).
 Write the new key and value into their slot, then attend with the new query over the positions it
-keeps: the sinks `0` to `num_sinks - 1` (those already decoded) and the positions
-`max(num_sinks, position - window + 1)` to `position`. Scores are `q · k / sqrt(d)`, with a softmax
-over those keys. Return the tuple `(output, k_cache, v_cache)`: the output of shape
-`(batch, num_heads, 1, d_v)` and the two caches after the write, all float32. The step leaves its arguments as they were: the caches it returns are new tensors,
-not the given ones written in place.
+keeps: the sinks, those of the positions `0` to `num_sinks - 1` that are at most `position` (the new
+token's own included), and the positions `max(num_sinks, position - window + 1)` to `position`; each
+kept position counts once. Scores are `q · k / sqrt(d)`, with a softmax over those keys. Return the
+tuple `(output, k_cache, v_cache)`: the output of shape `(batch, num_heads, 1, d_v)` and the two
+caches after the write, all float32. The step leaves its arguments as they were: the caches it
+returns are new tensors, not the given ones written in place.
 """
 from __future__ import annotations
 
@@ -53,18 +54,22 @@ def sink_cache_step(q_new, k_new, v_new, k_cache, v_cache, position, window, num
     kept = _kept_slots(position, window, num_sinks)
     scores = q_new @ k_cache.transpose(-2, -1) / math.sqrt(q_new.shape[-1])
     weights = torch.softmax(scores.masked_fill(~kept, float("-inf")), dim=-1)
-    return weights @ v_cache, k_cache, v_cache
+    return weights @ v_cache.masked_fill(~kept[:, None], 0.0), k_cache, v_cache   # unkept slots may hold NaN
 
 
 # Inputs of the public and hidden checks ---------------------------------------------------
 
 
-def _case(g, batch, heads, d, d_v, window, num_sinks, position):
+def _case(g, batch, heads, d, d_v, window, num_sinks, position, finite=True):
     """The caches as the reference leaves them after `position` tokens, unwritten slots filled with
-    large numbers."""
+    keys of the usual size and large values (finite: such a slot, if attended, weighs as much as a kept
+    one and moves the output far), or with NaN, inf and -inf in turn, as memory never written may hold."""
     capacity = num_sinks + window
-    k_cache = 50 * torch.randn(batch, heads, capacity, d, generator=g)
+    k_cache = torch.randn(batch, heads, capacity, d, generator=g)
     v_cache = 50 * torch.randn(batch, heads, capacity, d_v, generator=g)
+    if not finite:
+        for cache in (k_cache, v_cache):
+            cache.view(-1)[:] = torch.tensor([math.nan, math.inf, -math.inf]).repeat(cache.numel())[:cache.numel()]
     for p in range(position):
         slot = _slot(p, window, num_sinks)
         k_cache[..., slot, :] = torch.randn(batch, heads, d, generator=g)
@@ -75,11 +80,12 @@ def _case(g, batch, heads, d, d_v, window, num_sinks, position):
 
 def _filling_calls(seed):
     """Before the cache is full: the first token, a token among the sinks, a token in the window while
-    some of the window's slots are still empty."""
+    some of the window's slots are still empty; then one of those with the empty slots non-finite."""
     g = gen(seed)
     window, sinks = randint(g, 4, 6), randint(g, 2, 3)
-    return [_case(g, 1, 2, 3, 2, window, sinks, position)
-            for position in (0, sinks - 1, sinks + randint(g, 1, window - 2))]
+    calls = [_case(g, 1, 2, 3, 2, window, sinks, position)
+             for position in (0, sinks - 1, sinks + randint(g, 1, window - 2))]
+    return calls + [_case(g, 1, 2, 3, 2, window, sinks, sinks + randint(g, 0, window - 2), finite=False)]
 
 
 def _wrapped_calls(seed):
@@ -100,58 +106,83 @@ def _hidden_calls(seed):
     window, sinks = randint(g, 3, 5), randint(g, 1, 4)   # one wrapped case with num_sinks % window != 0
     sinks += sinks % window == 0
     calls.append(_case(g, 1, 2, 3, 2, window, sinks, sinks + 3 * window + randint(g, 1, window - 1)))
+    for finite in (True, False):     # the window reaches back over the sinks; then unwritten slots non-finite
+        window, sinks = randint(g, 2, 6), randint(g, 1, 4)
+        sinks += sinks % window == 0                     # so the written slots are not the first ones
+        calls.append(_case(g, randint(g, 1, 2), randint(g, 1, 3), randint(g, 1, 5), randint(g, 1, 4), window,
+                           sinks, sinks + randint(g, 0, window - 2), finite=finite))
     return calls
 
 
 _HINT = ("this check compares the output and both caches after the step, call by call (the reason says which "
          "call and which result differs); try the step at a position inside the sinks, one inside the first "
-         "window and one after the ring has wrapped.")
+         "window and one after the ring has wrapped, and with unwritten slots that hold inf and NaN.")
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
 
 
-def _step_variant(slot_rule="contract", mask="kept", in_place=False):
+def _step_variant(slot_rule="contract", keys="kept", in_place=False):
+    """The step with one change: the slot rule, the slots attended (a list, repeats counted), or the write."""
     def step(q_new, k_new, v_new, k_cache, v_cache, position, window, num_sinks):
-        capacity = num_sinks + window
-        slot = {"contract": _slot(position, window, num_sinks),
-                "after the sinks": position if position < num_sinks else
-                num_sinks + (position - num_sinks) % window}[slot_rule]
+        def slot(p):
+            if slot_rule == "after the sinks" and p >= num_sinks:
+                return num_sinks + (p - num_sinks) % window
+            return _slot(p, window, num_sinks)
         if not in_place:
             k_cache, v_cache = k_cache.clone(), v_cache.clone()
-        k_cache[..., slot, :], v_cache[..., slot, :] = k_new[..., 0, :], v_new[..., 0, :]
-        scores = q_new @ k_cache.transpose(-2, -1) / math.sqrt(q_new.shape[-1])
-        if mask == "kept":
-            scores = scores.masked_fill(~_kept_slots(position, window, num_sinks), float("-inf"))
-        elif mask == "window only":
-            recent = _kept_slots(position, window, num_sinks) & (torch.arange(capacity) >= num_sinks)
-            slots = torch.arange(capacity)                      # a sink slot s holds position s
-            recent |= (slots < num_sinks) & (slots <= position) & (slots > position - window)
-            scores = scores.masked_fill(~recent, float("-inf"))
-        elif mask == "prefix":                                  # slots assumed to fill in order
-            scores = scores.masked_fill(torch.arange(capacity) > position, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ v_cache, k_cache, v_cache
+        k_cache[..., slot(position), :], v_cache[..., slot(position), :] = k_new[..., 0, :], v_new[..., 0, :]
+        scale = math.sqrt(q_new.shape[-1])
+        if keys == "zero weights":                              # masked scores, every slot's value
+            scores = (q_new @ k_cache.transpose(-2, -1) / scale).masked_fill(
+                ~_kept_slots(position, window, num_sinks), float("-inf"))
+            return torch.softmax(scores, dim=-1) @ v_cache, k_cache, v_cache
+        sinks = list(range(min(num_sinks, position + 1)))
+        slots = {"kept": sinks + [slot(p) for p in range(max(num_sinks, position - window + 1), position + 1)],
+                 "window only": [slot(p) for p in range(max(0, position - window + 1), position + 1)],
+                 "all": list(range(num_sinks + window)),
+                 "prefix": list(range(min(position + 1, num_sinks + window))),    # slots assumed to fill in order
+                 "sinks twice": sinks + [slot(p) for p in range(max(0, position - window + 1), position + 1)],
+                 "one too wide": sinks + [slot(p) for p in range(max(num_sinks, position - window), position + 1)],
+                 }[keys]
+        scores = q_new @ k_cache[..., slots, :].transpose(-2, -1) / scale
+        return torch.softmax(scores, dim=-1) @ v_cache[..., slots, :], k_cache, v_cache
     return step
 
 
 mistakes.add("sinks dropped from the attention",
              "the caches are right, but the query attended only over its window, leaving out the sinks once "
              "they fall behind it; StreamingLLM's query keeps attending to the sinks at every step.",
-             _step_variant(mask="window only"))
+             _step_variant(keys="window only"))
 mistakes.add("unwritten slots attended",
              "the query attended over every slot, those no token has reached yet included; until each slot "
              "has been written, some hold no key of the sequence.",
-             _step_variant(mask="none"))
+             _step_variant(keys="all"))
 mistakes.add("slots assumed to fill in order",
              "the keys were written to the right slots, but the query attended over the first position + 1 "
              "slots, as if slots filled in order; with the ring's slot rule the window's first tokens land "
              "past slots that are still empty.",
-             _step_variant(mask="prefix"))
+             _step_variant(keys="prefix"))
 mistakes.add("window slots counted after the sinks",
              "a token after the sinks went to the slot of its count after the sinks; the contract's slot comes "
              "from the position itself modulo window, and the two disagree when num_sinks is not a multiple of "
              "window.",
-             _step_variant(slot_rule="after the sinks", mask="prefix"))
+             _step_variant(slot_rule="after the sinks", keys="prefix"))
+mistakes.add("window one position too wide",
+             "your window holds one position too many, window + 1 recent positions where the contract keeps "
+             "window of them (implementations disagree by one here, as the chapter warns); the oldest of yours "
+             "shares its slot with the new token, so the new key was counted twice.",
+             _step_variant(keys="one too wide"))
+mistakes.add("sinks attended twice",
+             "while the window reaches back over the sinks, a sink inside it was attended twice, once as a sink "
+             "and once as part of the window; the contract's window starts after the sinks, so each kept "
+             "position counts once.",
+             _step_variant(keys="sinks twice"))
+mistakes.add("unwritten slots' inf and NaN reached the output",
+             "the output is NaN where slots no token has reached hold inf or NaN, as the contract allows: a -inf "
+             "score gives such a slot a zero weight, but a zero weight times inf or NaN is NaN (and so is -inf "
+             "added to a NaN or inf score); leave the slots the query does not keep out of the arithmetic.",
+             _step_variant(keys="zero weights"))
 
 mistakes.add("wrote into the given caches",
              "the output and the returned caches are right, but the new key and value were written into the "
@@ -175,7 +206,8 @@ def _sink_alt_positions(q_new, k_new, v_new, k_cache, v_cache, position, window,
     keep = (held >= 0) & ((held < num_sinks) | (held > position - window))
     scores = torch.einsum("bhqd,bhsd->bhqs", q_new, k_cache) / math.sqrt(q_new.shape[-1])
     scores = torch.where(keep, scores, torch.tensor(-math.inf))
-    return torch.einsum("bhqs,bhsv->bhqv", scores.softmax(-1), v_cache), k_cache, v_cache
+    values = torch.where(keep[:, None], v_cache, torch.zeros(()))                 # unwritten slots: any values
+    return torch.einsum("bhqs,bhsv->bhqv", scores.softmax(-1), values), k_cache, v_cache
 
 
 @alternatives.keep("gather the kept slots", "the kept slots gathered into a short list, float64 inside")
@@ -217,7 +249,8 @@ register(Exercise(
     label="ch10_ex3", title="One decoding step with attention sinks",
     name="sink_cache_step", reference=sink_cache_step, points=2,
     checks=[
-        Check("while the cache fills: the first token, a sink, a token of the window",
+        Check("while the cache fills: the first token, a sink, a token of the window, unwritten slots of inf "
+              "and NaN",
               inputs_unchanged(_filling_calls), seed=0,
               hint=_HINT),
         Check("long after the cache filled, the window's slots wrapped several times",
