@@ -12,6 +12,7 @@ name what it did, never another mistake; an answer that matches no kept mistake 
 check's own hint, which describes what the check compares without blaming a cause.
 """
 import math
+import re
 
 import pytest
 import torch
@@ -20,8 +21,8 @@ import torch.nn.functional as F
 from attention_course.checks.checking import hidden_seed, judge, outcomes_for
 from attention_course.checks.registry import all_exercises, get_exercise
 
-from exercise_helpers import (BLAMING, assert_mistake, check_named, failed_checks, mistake_hint,
-                              passes_everywhere, statement)
+from exercise_helpers import (BLAMING, assert_mistake, check_named, failed_checks, failed_hidden_somewhere,
+                              mistake_hint, passes_everywhere, statement)
 
 
 # ------------------------------------------------------------- ch09_ex1
@@ -413,7 +414,7 @@ def test_ch09_ex6_the_parts_shares_of_grad_queries_add_up_to_the_whole_gradient(
 
 def _student_backward(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse, block, *,
                       probs="merged", row="merged", lse_sign=1, lse_bare=False, grad_root=True, dk_root=True,
-                      root_of="d", strict=True, whole=False, key_tiles=True):
+                      dq_root=True, root_of="d", strict=True, whole=False, key_tiles=True):
     """A student's answer: A's tile of the whole row's softmax from the merged lse, the row term from the
     merged output; each keyword switches on one mistake (key_tiles=False: query blocks against all of
     A's keys at once, which the contract allows)."""
@@ -444,7 +445,7 @@ def _student_backward(queries, keys, values, output_part, lse_part, output, lse,
             g_lse = lse_sign * grad_lse[..., i:i + step_q, None]
             ds = p * (dp - big_d) + g_lse if lse_bare else p * (dp - big_d + g_lse)
             dv[..., j:j + step_k, :] += p.transpose(-2, -1) @ gi
-            dq[..., i:i + step_q, :] += ds @ kj * (c if grad_root else 1)
+            dq[..., i:i + step_q, :] += ds @ kj * (c if grad_root and dq_root else 1)
             dk[..., j:j + step_k, :] += ds.transpose(-2, -1) @ qi * (c if grad_root and dk_root else 1)
     return dq, dk, dv
 
@@ -503,6 +504,10 @@ _SWITCHES = [
     (dict(strict=False), "block not checked"),
     (dict(lse_bare=True), "grad_lse added to dS without the factor P"),
     (dict(dk_root=False), "dK not scaled"),
+    # An independent solver's two plausible bugs that got only the check's hint: A's own softmax (from
+    # lse_part) beside the whole row's term D (from output), and dQ without the 1/sqrt(d) that dK has.
+    (dict(probs="part"), "A's own probabilities with the whole row's term"),
+    (dict(dq_root=False), "dQ not scaled"),
 ]
 
 
@@ -550,6 +555,19 @@ def test_ch09_ex6_scores_above_88_tolerance_has_a_margin_of_3_and_still_fails_ev
         for answer in wrong:
             assert not judge(exercise, sharp, calls, outcomes_for(answer, calls, "function")).passed, seed
     assert worst < 1 / 3, worst
+
+
+def test_ch09_ex6_the_new_mistakes_fail_the_hidden_checks_too():
+    for switch in (dict(probs="part"), dict(dq_root=False)):
+        assert failed_hidden_somewhere("ch09_ex6", lambda *a, sw=switch: _student_backward(*a, **sw),
+                                       seeds=(11, 2026, 7)), switch
+
+
+def test_ch09_ex6_no_hint_has_a_sentence_that_starts_in_lowercase():
+    # The >88 check's hint joined the common hint after a full stop, which began with a lowercase "compare".
+    exercise = get_exercise("ch09_ex6")
+    for hint in [c.hint for c in exercise.checks] + [m.hint for m in exercise.mistakes]:
+        assert not re.search(r"\. [a-z]", hint.replace("e.g. ", "")), hint
 
 
 def test_ch09_ex6_the_contract_says_what_the_tile_check_enforces_and_never_the_merges_backward():

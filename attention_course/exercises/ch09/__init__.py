@@ -37,6 +37,7 @@ One module per exercise, its parts in one order: the contract, the reference, th
 inputs of the checks, the kept mistakes (each with its hint), the kept alternatives,
 the registration. Helpers shared by the chapter's exercises are in ``_common.py``;
 ``_tiling.py`` holds exercise 3's check comparisons and the tile loop its kept mistakes share.
+``_split_backward.py`` holds exercise 6's check of ``block`` and the tile loop its kept mistakes share.
 """
 from . import (  # noqa: F401  (importing an exercise module registers it)
     ex1_merge_attention_partials,

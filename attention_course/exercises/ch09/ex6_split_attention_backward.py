@@ -42,17 +42,13 @@ import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import ERROR_WEIGHT, Kept, gen, randint
+from ._split_backward import _backward_variant, _validate_block
 
 mistakes = Kept(Mistake)
 alternatives = Kept(Alternative)
 
 
 # The reference ----------------------------------------------------------------------------
-
-
-def _validate_block(block):
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be a Python int of at least 1, got block={block!r}")
 
 
 def split_attention_backward(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse,
@@ -247,45 +243,6 @@ _HINT = ("compare each of grad_queries, grad_keys and grad_values with autograd 
 # Kept mistakes, each with its hint --------------------------------------------------------
 
 
-def _backward_variant(probs="merged", row="merged", lse_sign=1.0, lse_times_p=True, scale_of="d",
-                      scale_grads=True, validate=True):
-    """The reference's tile loop with one change: probs "part" (A's own softmax), "tile", "unshifted"; row
-    term D from output_part ("part"), the merge weight's term reversed ("reversed") or one tile ("tile");
-    grad_lse times lse_sign or outside P; scale 1/sqrt(d_v); dQ, dK (or dK only) unscaled; block unchecked."""
-    def impl(queries, keys, values, output_part, lse_part, output, lse, grad_output, grad_lse, block):
-        _validate_block(block) if validate else None
-        scale = 1.0 / math.sqrt(values.shape[-1] if scale_of == "v" else queries.shape[-1])
-        grad_scale = scale if scale_grads else 1.0
-        k_scale = 1.0 if scale_grads == "q only" else grad_scale
-        row_lse = lse_part if probs == "part" else lse
-        d_q, d_k, d_v = torch.zeros_like(queries), torch.zeros_like(keys), torch.zeros_like(values)
-        for k0 in range(0, keys.shape[-2], block):
-            cols = slice(k0, k0 + block)
-            kb, vb = keys[..., cols, :], values[..., cols, :]
-            for q0 in range(0, queries.shape[-2], block):
-                rows = slice(q0, q0 + block)
-                qb, dob = queries[..., rows, :], grad_output[..., rows, :]
-                s = qb @ kb.transpose(-2, -1) * scale
-                if probs == "unshifted":
-                    p = torch.exp(s) / torch.exp(lse[..., rows, None])
-                elif probs == "tile":
-                    p = torch.softmax(s, dim=-1)
-                else:
-                    p = torch.exp(s - row_lse[..., rows, None])
-                d_p = dob @ vb.transpose(-2, -1)
-                mine = (dob * output_part[..., rows, :]).sum(dim=-1, keepdim=True)
-                merged = (dob * output[..., rows, :]).sum(dim=-1, keepdim=True)
-                big_d = {"merged": merged, "part": mine, "reversed": 2 * mine - merged,
-                         "tile": (p * d_p).sum(dim=-1, keepdim=True)}[row]
-                lse_term = lse_sign * grad_lse[..., rows, None]
-                d_s = p * (d_p - big_d + lse_term) if lse_times_p else p * (d_p - big_d) + lse_term
-                d_v[..., cols, :] += p.transpose(-2, -1) @ dob
-                d_q[..., rows, :] += d_s @ kb * grad_scale
-                d_k[..., cols, :] += d_s.transpose(-2, -1) @ qb * k_scale
-        return d_q, d_k, d_v
-    return impl
-
-
 mistakes.add("the part's own statistics",
              "your gradients are those of part A's attention on its own, as if output_part and lse_part were "
              "the final output and log-sum-exp: the loss reaches A only through the merge, which weighs A's "
@@ -297,6 +254,13 @@ mistakes.add("the merge weights held constant",
              "backward subtracts comes from output_part: that is what holding A's merge weight constant gives. "
              "The weight depends on lse_part, which moves with A's scores.",
              _backward_variant(row="part"))
+
+mistakes.add("A's own probabilities with the whole row's term",
+             "your probabilities are A's own softmax, normalised over A's keys alone (from lse_part), but your row "
+             "term is the whole row's (from output): the two belong to different normalisations. The loss sees A's "
+             "scores through the whole row's softmax, so A's merge weight, the step from one normalisation to the "
+             "other, is missing from your probabilities, and from grad_values with them.",
+             _backward_variant(probs="part"))
 
 mistakes.add("the merge weight's derivative with the wrong sign",
              "the term that comes from A's merge weight (its dependence on lse_part) enters with the wrong sign: "
@@ -342,6 +306,11 @@ mistakes.add("dK not scaled",
              "your dQ carries the factor 1 / sqrt(d) but your dK does not: S = Q K^T / sqrt(d) holds K as "
              "it holds Q, so dK = dS^T Q / sqrt(d) just as dQ = dS K / sqrt(d).",
              _backward_variant(scale_grads="q only"))
+
+mistakes.add("dQ not scaled",
+             "your dK carries the factor 1 / sqrt(d) but your dQ does not: the scores are scaled products of Q "
+             "and K, and that scale reaches the gradient of each of them, Q's as much as K's.",
+             _backward_variant(scale_grads="k only"))
 
 mistakes.add("scores scaled by the square root of d_v",
              "you divided the scores by the square root of the values' size d_v; the scale is the square root "
@@ -474,7 +443,7 @@ register(Exercise(
         Check("scores above 88 in float32, in A and in another part (exp of a score overflows)", _sharp_calls,
               seed=2, compare=_close_for_the_score_size,
               hint="these scores exceed 88, in A (call 1) or in a part outside A (call 2); every result must be "
-                   "finite and match the float64 gradients. " + _HINT),
+                   "finite and match the float64 gradients. " + _HINT[0].upper() + _HINT[1:]),
         Check("float64; block 1 and a block wider than all of A's keys", _extreme_block_calls, seed=3, hint=_HINT),
         Check("tile by tile: 48 queries, 40 keys in A, blocks of 8, no tensor over 768 entries", _tile_calls, seed=4,
               compare=_within_the_tile_budget,
