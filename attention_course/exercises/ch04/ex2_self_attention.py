@@ -172,6 +172,29 @@ class _SAKeysTimesQueries(SelfAttention):
         return torch.softmax(scores, dim=-1) @ values
 
 
+@mistakes.keep("sum-normalised scores",
+               "you divided the scores by their sum along each row; attention weights come from the "
+               "softmax of the scaled scores (exponentiate, then normalise).")
+class _SASumNormalised(SelfAttention):
+    # Carried over from the retired simple self-attention warm-up.
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1])
+        return (scores / scores.sum(dim=-1, keepdim=True)) @ values
+
+
+@mistakes.keep("transposed the first two axes",
+               "keys.transpose(0, 1) swaps tokens and features for one sequence, but on a batch "
+               "(batch, num_tokens, d_out) it swaps the batch and token axes; swap only the last two "
+               "axes, transpose(-2, -1), so that the same code serves one sequence and a batch.")
+class _SAFirstAxes(SelfAttention):
+    # Carried over from the retired simple self-attention warm-up.
+    def forward(self, x):
+        queries, keys, values = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = queries @ keys.transpose(0, 1) / math.sqrt(keys.shape[-1])
+        return torch.softmax(scores, dim=-1) @ values
+
+
 # Kept alternatives (correct answers in other styles) --------------------------------------
 
 
