@@ -22,7 +22,7 @@ pytest.importorskip("triton")
 from attention_course.checks.checking import run_checks  # noqa: E402
 from attention_course.checks.registry import all_exercises  # noqa: E402
 
-from exercise_helpers import BLAMING, assert_mistake, failed_checks, passes_everywhere  # noqa: E402
+from exercise_helpers import BLAMING, assert_mistake, check_named, failed_checks, passes_everywhere  # noqa: E402
 
 triton = load_triton()
 import triton.language as tl  # noqa: E402
@@ -358,6 +358,70 @@ def test_ch11_ex4_the_row_term_left_out_is_named():
     assert_mistake("ch11_ex4", causal_backward_dq, "row term D left out")
 
 
+# An independent solver's kernel, with two slips whose feedback was only the check's own hint before they were
+# kept: the causal mask of the weights without the queries' offset (top-left, right only when n_q = n_k; its key
+# blocks stay right) and dq stored without the 1/sqrt(d) of the scores.
+@triton.jit
+def _solver_dq(q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr, dout_ptr, dq_ptr, n_q, n_k, scale,
+               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BUG: tl.constexpr):
+    pid_m, h = tl.program_id(0), tl.program_id(1)
+    offset = n_k - n_q
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    row_ok = rows < n_q
+    q_offs = h * n_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
+    q = tl.load(q_ptr + q_offs, mask=row_ok[:, None], other=0.0)
+    o = tl.load(out_ptr + q_offs, mask=row_ok[:, None], other=0.0)
+    do = tl.load(dout_ptr + q_offs, mask=row_ok[:, None], other=0.0)
+    lse = tl.load(lse_ptr + h * n_q + rows, mask=row_ok, other=0.0)
+    delta = tl.sum(o * do, axis=1)
+    dq = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
+    for start in range(0, tl.minimum(offset + (pid_m + 1) * BLOCK_M, n_k), BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        kv_offs = h * n_k * HEAD_DIM + keys[:, None] * HEAD_DIM + dims[None, :]
+        k = tl.load(k_ptr + kv_offs, mask=keys[:, None] < n_k, other=0.0)
+        v = tl.load(v_ptr + kv_offs, mask=keys[:, None] < n_k, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+        if BUG == "top left":
+            visible = row_ok[:, None] & (keys[None, :] <= rows[:, None]) & (keys[None, :] < n_k)
+        else:
+            visible = row_ok[:, None] & (keys[None, :] <= offset + rows[:, None]) & (keys[None, :] < n_k)
+        p = tl.where(visible, tl.exp(s - lse[:, None]), 0.0)
+        ds = p * (tl.dot(do, tl.trans(v), input_precision="ieee") - delta[:, None])
+        dq += tl.dot(ds, k, input_precision="ieee")
+    if BUG == "no scale":
+        tl.store(dq_ptr + q_offs, dq, mask=row_ok[:, None])
+    else:
+        tl.store(dq_ptr + q_offs, dq * scale, mask=row_ok[:, None])
+
+
+def _solver_dq_launcher(bug):
+    def causal_backward_dq(q, k, v, out, lse, grad_out, block_m, block_n):
+        heads, n_q, d = q.shape
+        dq = torch.empty_like(q)
+        _solver_dq[(triton.cdiv(n_q, block_m), heads)](q, k, v, out, lse, grad_out, dq, n_q, k.shape[1],
+                                                       1 / math.sqrt(d), HEAD_DIM=d, BLOCK_M=block_m,
+                                                       BLOCK_N=block_n, BUG=bug)
+        return dq
+    return causal_backward_dq
+
+
+def test_ch11_ex4_the_solvers_kernel_passes():
+    passes_everywhere("ch11_ex4", _solver_dq_launcher(""))
+
+
+@pytest.mark.parametrize("bug, mistake", [("top left", "causal mask aligned top-left"),
+                                          ("no scale", "scale left out of dq")])
+def test_ch11_ex4_the_solvers_slips_are_named(bug, mistake):
+    assert_mistake("ch11_ex4", _solver_dq_launcher(bug), mistake)
+
+
+def test_ch11_ex4_the_check_of_two_block_sizes_names_both():
+    assert check_named("ch11_ex4", "the last 21 of 45").name.count("block") >= 2
+    calls = check_named("ch11_ex4", "the last 21 of 45").make_calls(1)
+    assert [c.args[6:] for c in calls] == [(16, 16), (32, 16)]
+
+
 # ------------------------------------------------------------- ch11_ex5
 
 def test_ch11_ex5_partials_from_torch_earn_nothing():
@@ -375,6 +439,94 @@ def test_ch11_ex5_partials_from_torch_earn_nothing():
     results = run_checks("ch11_ex5", split_kv_decode)
     assert not any(r.passed for r in results)
     assert all("no Triton kernel" in r.reason for r in results), [r.line() for r in results]
+    assert_mistake("ch11_ex5", split_kv_decode, "no kernel launched")   # its hint speaks of the missing kernel
+
+
+# An independent solver's kernel, with the slips that passed or got only the check's own hint before they were
+# caught: keys and values loaded up to n (the next chunk's keys read, masked only in the scores), and the chunk's
+# maximum stored as its log-sum-exp; and the same kernel run as one program per head looping over the chunks.
+@triton.jit
+def _solver_chunk(q, k_ptr, v_ptr, part_out_ptr, part_lse_ptr, n, chunk, num_splits, scale, h, s, dims,
+                  D: tl.constexpr, BLOCK_N: tl.constexpr, BUG: tl.constexpr):
+    lo = s * chunk
+    hi = tl.minimum(lo + chunk, n)
+    m = tl.full((), float("-inf"), tl.float32)
+    l = tl.zeros((), tl.float32)  # noqa: E741
+    acc = tl.zeros((D,), tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        ok = keys < hi
+        offs = h * n * D + keys[:, None] * D + dims[None, :]
+        if BUG == "read next":
+            k = tl.load(k_ptr + offs, mask=keys[:, None] < n, other=0.0)
+            v = tl.load(v_ptr + offs, mask=keys[:, None] < n, other=0.0)
+        else:
+            k = tl.load(k_ptr + offs, mask=ok[:, None], other=0.0)
+            v = tl.load(v_ptr + offs, mask=ok[:, None], other=0.0)
+        sc = tl.where(ok, tl.sum(k * q[None, :], axis=1) * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(sc, axis=0))
+        p = tl.exp(sc - m_new)
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(p, axis=0)  # noqa: E741
+        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+        m = m_new
+    has = l > 0
+    if BUG == "store max":
+        lse = m
+    else:
+        lse = tl.where(has, m + tl.log(tl.where(has, l, 1.0)), float("-inf"))
+    tl.store(part_out_ptr + (h * num_splits + s) * D + dims, tl.where(has, acc / tl.where(has, l, 1.0), 0.0))
+    tl.store(part_lse_ptr + h * num_splits + s, lse)
+
+
+@triton.jit
+def _solver_split(q_ptr, k_ptr, v_ptr, part_out_ptr, part_lse_ptr, n, chunk, num_splits, scale,
+                  D: tl.constexpr, BLOCK_N: tl.constexpr, BUG: tl.constexpr):
+    h = tl.program_id(0)
+    dims = tl.arange(0, D)
+    q = tl.load(q_ptr + h * D + dims)
+    if BUG == "one program":
+        for s in range(0, num_splits):
+            _solver_chunk(q, k_ptr, v_ptr, part_out_ptr, part_lse_ptr, n, chunk, num_splits, scale, h, s, dims,
+                          D, BLOCK_N, BUG)
+    else:
+        _solver_chunk(q, k_ptr, v_ptr, part_out_ptr, part_lse_ptr, n, chunk, num_splits, scale, h,
+                      tl.program_id(1), dims, D, BLOCK_N, BUG)
+
+
+def _solver_decode(bug):
+    def split_kv_decode(q, k, v, num_splits, block_n):
+        heads, n, d = k.shape
+        chunk = -(-n // num_splits)
+        part_out = torch.empty(heads, num_splits, d)
+        part_lse = torch.empty(heads, num_splits)
+        grid = (heads,) if bug == "one program" else (heads, num_splits)
+        _solver_split[grid](q, k, v, part_out, part_lse, n, chunk, num_splits, 1 / math.sqrt(d), D=d,
+                            BLOCK_N=block_n, BUG=bug)
+        w = torch.softmax(part_lse, dim=-1)
+        return (w[..., None] * part_out).sum(dim=1), part_out, part_lse
+    return split_kv_decode
+
+
+def test_ch11_ex5_the_solvers_kernel_passes():
+    passes_everywhere("ch11_ex5", _solver_decode(""))
+
+
+@pytest.mark.parametrize("bug, mistake", [("read next", "keys of the next chunk loaded"),
+                                          ("one program", "one program per head, looping over the chunks"),
+                                          ("store max", "chunk's maximum stored as its log-sum-exp")])
+def test_ch11_ex5_the_solvers_slips_are_named(bug, mistake):
+    assert_mistake("ch11_ex5", _solver_decode(bug), mistake)
+
+
+@pytest.mark.parametrize("bug, words", [("read next", "of head 0 in chunks 0 to "),
+                                        ("one program", "2 programs of the kernel")])
+def test_ch11_ex5_what_each_program_reads_is_checked_hidden_too(bug, words):
+    """Right values from programs that read past their chunk, or from one program per head, fail the hidden
+    check too, by what the programs read."""
+    failed = failed_checks("ch11_ex5", _solver_decode(bug), hidden_seed=11)
+    assert any("(hidden)" in r.check for r in failed), [r.line() for r in failed]
+    assert all(words in r.reason for r in failed), [r.line() for r in failed]
 
 
 # ------------------------------------------------------------- every exercise: the kernels compile
@@ -392,7 +544,7 @@ notebook = sys.argv[2]
 INTS = {"S"}                                  # an int named in capitals
 LENGTHS = {"lens_ptr", "LENS"}                # int64 valid lengths
 SIZES = {"BLOCK": 16, "BM": 16, "BN": 16, "D": 16, "HEAD": 16, "BLOCK_Q": 16, "BLOCK_K": 16, "HD": 16, "BQ": 16,
-         "BK": 16, "BS": 8, "BLOCK_M": 16, "BLOCK_N": 16, "NATURAL": True}
+         "BK": 16, "BS": 8, "BLOCK_M": 16, "BLOCK_N": 16, "NATURAL": True, "HEAD_DIM": 16}
 
 
 def kind(fn, name, annotation):

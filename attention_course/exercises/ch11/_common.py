@@ -163,3 +163,21 @@ def kernel_compare(budget, row_size=None, names=("queries", "keys", "values"), r
                                 f"{_ranges(found)} of {names[pos]}; expected rows {_ranges(expected)}{counted}")
         return None
     return compare
+
+
+def rows_by_program(outcome, pos: int, size: int) -> dict:
+    """``{program: rows of argument pos it read}`` from a call's recorded reads, each program known by
+    the key of its record (``"<launch>,<x>,<y>,<z>"``: a launch and a grid position), for kernels whose
+    programs :func:`rows_read` cannot tell apart (in decoding every program of a head reads the same
+    query row). ``size`` is the number of entries of one row; programs that read no entry of the
+    argument are left out."""
+    out: dict = {}
+    for key, by_arg in _memory(outcome).get("reads", {}).items():
+        if str(pos) in by_arg:
+            out[key] = set((by_arg[str(pos)] // size).tolist())
+    return out
+
+
+def launches(outcome) -> int:
+    """The number of Triton kernels a call launched (0 where none ran)."""
+    return _memory(outcome).get("launches", 0)

@@ -39,7 +39,7 @@ alternatives = Kept(Alternative)
 
 def _dq_kernel(Q, K, V, O, L, DO, DQ, n_q, n_k, scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                SKIP: tl.constexpr = True, CAUSAL_P: tl.constexpr = True, DELTA: tl.constexpr = True,
-               OUT_SCALE: tl.constexpr = 1, MASKED: tl.constexpr = True):
+               OUT_SCALE: tl.constexpr = 1, MASKED: tl.constexpr = True, TOP_LEFT: tl.constexpr = False):
     block, head = tl.program_id(0), tl.program_id(1)
     rows = block * BM + tl.arange(0, BM)
     dims = tl.arange(0, D)
@@ -70,14 +70,17 @@ def _dq_kernel(Q, K, V, O, L, DO, DQ, n_q, n_k, scale, D: tl.constexpr, BM: tl.c
             kb = tl.load(K + kv_at)
             vb = tl.load(V + kv_at)
         p = tl.exp(tl.dot(q, tl.trans(kb)) * scale - lse[:, None])
-        if CAUSAL_P:
+        if TOP_LEFT:
+            p = tl.where(cols[None, :] <= rows[:, None], p, 0.0)
+        elif CAUSAL_P:
             p = tl.where(cols[None, :] <= shift + rows[:, None], p, 0.0)
         else:
             p = tl.where(cols[None, :] < n_k, p, 0.0)
         ds = p * (tl.dot(g, tl.trans(vb)) - delta[:, None])
         grad += tl.dot(ds, kb)
-    grad = grad * scale
-    if OUT_SCALE != 1:
+    if OUT_SCALE > 0:
+        grad = grad * scale
+    if OUT_SCALE > 1:
         grad = grad * scale
     if MASKED:
         tl.store(DQ + at, grad, mask=rows[:, None] < n_q)
@@ -177,6 +180,19 @@ mistakes.add("scale applied twice",
              "your dq is 1/sqrt(d) times too small: the scale enters the gradient once (the scores were scaled "
              "once), and yours applies it twice.",
              lambda *a: _launch(*a, OUT_SCALE=2))
+
+
+mistakes.add("scale left out of dq",
+             "your dq is sqrt(d) times too large: the scores were divided by sqrt(d), so that factor carries into "
+             "their gradient with respect to q; yours applies it to the scores but not to dq.",
+             lambda *a: _launch(*a, OUT_SCALE=0))
+
+
+mistakes.add("causal mask aligned top-left",
+             "your values are right when n_q = n_k and wrong when the queries come last: your causal mask lets "
+             "query i see keys up to i, as if it sat at position i; it sits at n_k - n_q + i (the mask of the "
+             "recomputed weights must use the queries' positions, as your choice of key blocks does).",
+             lambda *a: _launch(*a, TOP_LEFT=True))
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
@@ -299,7 +315,8 @@ register(Exercise(
     reference=causal_backward_dq, points=3,
     checks=[
         Check("2 heads, 37 queries and 37 keys, blocks of 16", _square_calls, compare=_COMPARE, hint=_HINT),
-        Check("the last 21 of 45 and the last 19 of 40 positions (block_m 32)", _last_calls, seed=1,
+        Check("the last 21 of 45 positions (blocks of 16) and the last 19 of 40 (block_m 32, block_n 16)",
+              _last_calls, seed=1,
               compare=_COMPARE, hint=_HINT),
         Check("random lengths and blocks (hidden)", _hidden_calls, public=False, compare=_COMPARE, hint=_HINT),
     ],

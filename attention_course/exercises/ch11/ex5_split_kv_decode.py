@@ -16,8 +16,9 @@ kernel or in PyTorch). Return the tuple `(out, partial_out, partial_lse)`, float
 `(heads, num_splits)`; an empty chunk has partial output zeros and log-sum-exp `-inf`. Results must be
 within 1e-4, also for scores far above 88 (where `exp` overflows in float32). Pass `q`, `k` and `v` to
 the kernel as they are. The check runs your
-function on the CPU, the kernel in Triton's interpreter, and records any load or store outside the
-tensors the kernel was given (such a load reads NaN, such a store is dropped, and either fails the check).
+function on the CPU, the kernel in Triton's interpreter, and records which keys and values each program
+read, and any load or store outside the tensors the kernel was given (such a load reads NaN, such a store
+is dropped, and either fails the check).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import torch
 
 from ...checks.registry import Alternative, Call, Check, Exercise, Mistake, register
 from .._kit import Kept, gen, randint
-from ._common import jit, kernel_compare, qkv_rows
+from ._common import jit, kernel_compare, launches, qkv_rows, rows_by_program
 
 tl = None  # triton.language, set when a kernel is first launched (_common.jit)
 
@@ -39,7 +40,8 @@ alternatives = Kept(Alternative)
 
 
 def _split_kernel(Q, K, V, PO, PL, n, chunk, num_splits, scale, D: tl.constexpr, BN: tl.constexpr,
-                  CHUNK_END: tl.constexpr = True, ZERO_EMPTY: tl.constexpr = True):
+                  CHUNK_END: tl.constexpr = True, ZERO_EMPTY: tl.constexpr = True, LOAD_TO_N: tl.constexpr = False,
+                  LSE_MAX: tl.constexpr = False):
     head, split = tl.program_id(0), tl.program_id(1)
     dims = tl.arange(0, D)
     q = tl.load(Q + head * D + dims) * scale
@@ -51,8 +53,9 @@ def _split_kernel(Q, K, V, PO, PL, n, chunk, num_splits, scale, D: tl.constexpr,
     for start in range(lo, tl.minimum(lo + chunk, n), BN):
         cols = start + tl.arange(0, BN)
         inside = cols < hi
-        kb = tl.load(K + head * n * D + cols[:, None] * D + dims[None, :], mask=inside[:, None], other=0.0)
-        vb = tl.load(V + head * n * D + cols[:, None] * D + dims[None, :], mask=inside[:, None], other=0.0)
+        loaded = cols < n if LOAD_TO_N else inside
+        kb = tl.load(K + head * n * D + cols[:, None] * D + dims[None, :], mask=loaded[:, None], other=0.0)
+        vb = tl.load(V + head * n * D + cols[:, None] * D + dims[None, :], mask=loaded[:, None], other=0.0)
         s = tl.where(inside, tl.sum(kb * q[None, :], 1), float("-inf"))
         new_max = tl.maximum(run_max, tl.max(s, 0))
         p = tl.exp(s - new_max)
@@ -64,7 +67,10 @@ def _split_kernel(Q, K, V, PO, PL, n, chunk, num_splits, scale, D: tl.constexpr,
         tl.store(PO + (head * num_splits + split) * D + dims, acc / tl.maximum(run_sum, 1e-30))
     else:
         tl.store(PO + (head * num_splits + split) * D + dims, acc / run_sum)
-    tl.store(PL + head * num_splits + split, run_max + tl.log(run_sum))
+    if LSE_MAX:
+        tl.store(PL + head * num_splits + split, run_max)
+    else:
+        tl.store(PL + head * num_splits + split, run_max + tl.log(run_sum))
 
 
 def _merge_kernel(PO, PL, O, num_splits, D: tl.constexpr, BS: tl.constexpr, SHIFT: tl.constexpr = True,
@@ -108,7 +114,56 @@ def _budget(call):
     return call.args[4] * call.args[0].shape[-1]
 
 
-_COMPARE = kernel_compare(_budget, qkv_rows, names=("q", "k", "v"))
+_MEMORY = kernel_compare(_budget, qkv_rows, names=("q", "k", "v"))
+_VALUES = Check("values", lambda seed: [], hint="", rtol=1e-4, atol=1e-4)
+
+
+def _chunks_read(outcome, call) -> dict:
+    """``{program: {(head, chunk)}}``: the chunks of the keys and values each program read."""
+    heads, n, d = call.args[1].shape
+    c = -(-n // call.args[3])
+    out: dict = {}
+    for pos in (1, 2):
+        for program, rows in rows_by_program(outcome, pos, d).items():
+            out.setdefault(program, set()).update((r // n, r % n // c) for r in rows)
+    return out
+
+
+def _COMPARE(got, want, calls):
+    """The kernel compare of the chapter, then the chunks each program read (one program per head and
+    non-empty chunk reads keys and values, all of them in its chunk). An expected outcome that launched no
+    kernel (the kept mistake in PyTorch alone) is matched by values computed with no kernel."""
+    from ...checks.checking import compare_outcome
+    many = len(calls) > 1
+    if all(w["status"] == "ok" and not launches(w) for w in want):
+        for i, (mine, theirs, call) in enumerate(zip(got, want, calls)):
+            where = f"call {i + 1} of {len(calls)}: " if many else ""
+            if mine["status"] == "ok" and launches(mine):
+                return where + "a Triton kernel was launched where the other answer launches none"
+            reason = compare_outcome(mine, theirs, _VALUES, call)
+            if reason:
+                return where + reason
+        return None
+    reason = _MEMORY(got, want, calls)
+    if reason:
+        return reason
+    for i, (mine, theirs, call) in enumerate(zip(got, want, calls)):
+        if mine["status"] != "ok" or theirs["status"] != "ok":
+            continue
+        where = f"call {i + 1} of {len(calls)}: " if many else ""
+        m_read, t_read = _chunks_read(mine, call), _chunks_read(theirs, call)
+        if len(m_read) != len(t_read):
+            return (where + f"{len(m_read)} programs of the kernel read keys or values; {len(t_read)} are expected, "
+                    "one per head and non-empty chunk")
+        m_wide = sorted(sorted(chunks) for chunks in m_read.values() if len(chunks) > 1)
+        t_wide = [chunks for chunks in t_read.values() if len(chunks) > 1]
+        if m_wide and not t_wide:
+            (h, first), (_, last) = m_wide[0][0], m_wide[0][-1]
+            return (where + f"a program read keys or values of head {h} in chunks {first} to {last}; each program "
+                    "reads only the keys and values of its own chunk")
+        if t_wide and not m_wide:
+            return where + "each program reads only its chunk where the other reads past it"
+    return None
 
 
 def _calls(g, sizes, spread=2.0):
@@ -173,6 +228,74 @@ mistakes.add("merge without the largest lse subtracted",
              "with scores far above 88, exp(lse) overflows float32 to inf and the merge gives NaN; subtract the "
              "largest partial log-sum-exp before exponentiating.",
              lambda *a: _launch(*a, shift=False))
+
+
+mistakes.add("keys of the next chunk loaded",
+             "your values are right, but your programs load keys and values past the end of their chunk (the "
+             "mask of the loads stops at n, the mask of the scores at the chunk's end): a block that runs past its "
+             "chunk must not load the next chunk's keys at all.",
+             lambda *a: _launch(*a, LOAD_TO_N=True))
+
+
+mistakes.add("chunk's maximum stored as its log-sum-exp",
+             "your partial_lse holds each chunk's largest score, not its log-sum-exp: the running sum is left "
+             "out of it, so the merge weighs the chunks wrongly too.",
+             lambda *a: _launch(*a, LSE_MAX=True))
+
+
+def _per_head(Q, K, V, PO, PL, n, chunk, num_splits, scale, D: tl.constexpr, BN: tl.constexpr):
+    head = tl.program_id(0)                         # one program per head walks every chunk in turn
+    dims = tl.arange(0, D)
+    q = tl.load(Q + head * D + dims) * scale
+    for split in range(0, num_splits):
+        lo = split * chunk
+        hi = tl.minimum(lo + chunk, n)
+        run_max = tl.full((), float("-inf"), tl.float32)
+        run_sum = tl.zeros((), tl.float32)
+        acc = tl.zeros([D], tl.float32)
+        for start in range(lo, hi, BN):
+            cols = start + tl.arange(0, BN)
+            inside = cols < hi
+            kb = tl.load(K + head * n * D + cols[:, None] * D + dims[None, :], mask=inside[:, None], other=0.0)
+            vb = tl.load(V + head * n * D + cols[:, None] * D + dims[None, :], mask=inside[:, None], other=0.0)
+            sc = tl.where(inside, tl.sum(kb * q[None, :], 1), float("-inf"))
+            new_max = tl.maximum(run_max, tl.max(sc, 0))
+            p = tl.exp(sc - new_max)
+            fade = tl.exp(run_max - new_max)
+            run_sum = run_sum * fade + tl.sum(p, 0)
+            acc = acc * fade + tl.sum(p[:, None] * vb, 0)
+            run_max = new_max
+        tl.store(PO + (head * num_splits + split) * D + dims, acc / tl.maximum(run_sum, 1e-30))
+        tl.store(PL + head * num_splits + split, run_max + tl.log(run_sum))
+
+
+@mistakes.keep("one program per head, looping over the chunks",
+               "your values are right, but your kernel runs one program per head that walks all of its chunks; "
+               "the point of the split is one program per (head, chunk): a grid of heads by chunks.")
+def _one_program_per_head(q, k, v, num_splits, block_n):
+    heads, n, d = k.shape
+    chunk = -(-n // num_splits)
+    po, pl = torch.empty(heads, num_splits, d), torch.empty(heads, num_splits)
+    jit(_per_head)[(heads,)](q, k, v, po, pl, n, chunk, num_splits, 1.0 / math.sqrt(d), D=d, BN=block_n)
+    w = torch.softmax(pl, dim=1)
+    return (w[..., None] * po).sum(1), po, pl
+
+
+@mistakes.keep("no kernel launched",
+               "your function computes the attention in PyTorch and launches no Triton kernel: the exercise is the "
+               "kernel. Write the chunk's partial result in a @triton.jit function and launch it from "
+               "split_kv_decode over a grid of heads by chunks (the merge may stay in PyTorch).")
+def _torch_only(q, k, v, num_splits, block_n):
+    heads, n, d = k.shape
+    c = -(-n // num_splits)
+    po, pl = torch.zeros(heads, num_splits, d), torch.full((heads, num_splits), -math.inf)
+    for s in range(num_splits):
+        if s * c < n:
+            sc = torch.einsum("hd,hnd->hn", q, k[:, s * c:(s + 1) * c]) / math.sqrt(d)
+            pl[:, s] = torch.logsumexp(sc, -1)
+            po[:, s] = torch.einsum("hn,hnd->hd", torch.softmax(sc, -1), v[:, s * c:(s + 1) * c])
+    w = torch.softmax(pl, dim=1)
+    return (w[..., None] * po).sum(1), po, pl
 
 
 # Kept alternatives (correct answers in other styles) --------------------------------------
