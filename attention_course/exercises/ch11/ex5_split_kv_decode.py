@@ -200,7 +200,8 @@ def _hidden_calls(seed):
 
 _HINT = ("chunk s holds keys s*c .. min((s+1)*c, n) - 1 with c = ceil(n / num_splits); each partial is the attention "
          "over that chunk alone with its natural log-sum-exp (zeros and -inf for an empty chunk), and out merges "
-         "them. The reason above says which of the three differs.")
+         "them, each partial from one program that reads its own chunk. The reason above says which of the three "
+         "differs, or which keys the programs read.")
 
 
 # Kept mistakes, each with its hint --------------------------------------------------------
