@@ -87,25 +87,21 @@ def _target(reader, annot):
     dest = annot.get("/Dest")
     if not isinstance(dest, list) or not dest:
         return None
-    pages = {page.indirect_reference.idnum: index for index, page in enumerate(reader.pages)}
-    return pages.get(getattr(dest[0], "idnum", None))
+    if not hasattr(reader, "_page_index"):
+        reader._page_index = {page.indirect_reference.idnum: index for index, page in enumerate(reader.pages)}
+    return reader._page_index.get(getattr(dest[0], "idnum", None))
 
 
-def _link_texts(page, reader) -> list:
+def _link_texts(page, reader, runs=None) -> list:
     """``[(text under the link, target page index)]`` for the internal links of one page: the text
-    runs whose origin lies inside the link's rectangle."""
-    runs = []
-
-    def visit(text, cm, tm, font, size):
-        runs.append((tm[4] * cm[0] + tm[5] * cm[2] + cm[4], tm[4] * cm[1] + tm[5] * cm[3] + cm[5], text))
-
-    page.extract_text(visitor_text=visit)
+    runs (``text_runs``, read here unless given) whose origin lies inside the link's rectangle."""
+    runs = text_runs(page)[1] if runs is None else runs
     found = []
     for ref in page.get("/Annots", []):
         annot = ref.get_object()
         if annot.get("/Subtype") == "/Link" and "/Dest" in annot:
             x0, y0, x1, y1 = (float(v) for v in annot["/Rect"])
-            text = "".join(t for x, y, t in runs if x0 - 1 <= x < x1 - 1 and y0 - 2 <= y <= y1 + 2)
+            text = "".join(t for x, _, y, t in runs if x0 - 1 <= x < x1 - 1 and y0 - 2 <= y <= y1 + 2)
             found.append((" ".join(text.split()), _target(reader, annot)))
     return found
 
@@ -126,7 +122,7 @@ def _check_links(reader) -> int:
     return internal
 
 
-def test_every_internal_link_goes_to_a_page_of_the_pdf(course_pdf, page_texts):
+def test_every_internal_link_goes_to_a_page_of_the_pdf(course_pdf, pages_read, page_texts):
     info, reader, _ = course_pdf
     internal = _check_links(reader)
     # Follow them: a link whose text is a section's title lands on the page with that heading, and
@@ -136,7 +132,7 @@ def test_every_internal_link_goes_to_a_page_of_the_pdf(course_pdf, page_texts):
     headings = citations = 0
     for index, page in enumerate(reader.pages):
         before = ""
-        for text, target in _link_texts(page, reader):
+        for text, target in _link_texts(page, reader, pages_read[index][1]):
             text = unicodedata.normalize("NFKC", text)
             words = " ".join(text.split()[1:]) if re.match(r"\d+\.\d+\.? ", text) else text
             if index >= info["contents_pages"] and words in titles:
@@ -156,9 +152,13 @@ def test_every_internal_link_goes_to_a_page_of_the_pdf(course_pdf, page_texts):
         abs(float(a["/Rect"][2]) - float(a["/Rect"][0])) <= 2 for _, a in _links(reader))
 
 
-def test_every_page_is_numbered(page_texts):
-    unnumbered = [index + 1 for index, text in enumerate(page_texts)
-                  if text.strip().splitlines()[-1].strip() != str(index + 1)]
+def test_every_page_is_numbered(course_pdf, pages_read):
+    """Its number, centred in the bottom margin."""
+    width = float(course_pdf[1].pages[0].mediabox.width)
+    bottom = MARGIN_MM["bottom"] / 25.4 * 72
+    unnumbered = [index + 1 for index, (_, runs) in enumerate(pages_read)
+                  if not any(text.strip() == str(index + 1) and y < bottom and abs((left + right) / 2 - width / 2) < 10
+                             for left, right, y, text in runs)]
     assert not unnumbered, f"pages without their number at the foot: {unnumbered[:10]}"
 
 
@@ -224,7 +224,7 @@ def test_the_student_pdf_navigates_too(student_site, tmp_path):
 
 def _past_margin(runs, width: float) -> list:
     edge = width - MARGIN_MM["right"] / 25.4 * 72 + 3        # points; 3 for rounding of the widths
-    return [(round(right), text.strip()[-30:]) for left, right, text in runs if right > edge]
+    return [(round(right), text.strip()[-30:]) for left, right, _, text in runs if right > edge]
 
 
 def test_no_text_runs_past_the_right_margin(course_pdf, pages_read):

@@ -306,8 +306,9 @@ def _pdf(args) -> int:
     except PdfError as error:
         print(f"attention-course pdf: {error}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out}: {info['pages']} pages, {len(info['bookmarks'])} bookmarked sections "
-          f"({args.edition} edition)")
+    print(f"wrote {args.out} ({args.edition} edition): {info['pages']} pages ({info['contents_pages']} of contents), "
+          f"{len(info['bookmarks'])} bookmarks with {info['sections']} sections under them, "
+          f"{info['links']['internal']} links inside the book, {info['wrapped']} code lines continued")
     return 0
 
 

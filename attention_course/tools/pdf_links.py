@@ -178,9 +178,9 @@ def toc_html(entries: list, title: str) -> str:
 
 
 def text_runs(page) -> tuple:
-    """``(text, runs)`` of one PDF page: its text as pypdf extracts it, and ``[(left, right, text)]``
-    in points for every run of text drawn on it (right = left + the glyphs' advance widths, read
-    from the font's width table; the runs' leading and trailing spaces are not counted)."""
+    """``(text, runs)`` of one PDF page: its text as pypdf extracts it, and ``[(left, right, baseline,
+    text)]`` in points for every run of text drawn on it (right = left + the glyphs' advance widths,
+    read from the font's width table; the runs' leading and trailing spaces are not counted)."""
     from pypdf.generic._font import Font
 
     fonts, runs = {}, []
@@ -199,8 +199,9 @@ def text_runs(page) -> tuple:
             fonts[key] = (widths, font.character_widths.get("default", 500))
         widths, default = fonts[key]
         left = tm[4] * cm[0] + tm[5] * cm[2] + cm[4]
+        baseline = tm[4] * cm[1] + tm[5] * cm[3] + cm[5]
         scale = tm[0] * cm[0] + tm[1] * cm[2]
         advance = sum(widths.get(char, default) for char in text.strip()) / 1000 * size * scale
-        runs.append((left, left + advance, text))
+        runs.append((left, left + advance, baseline, text))
 
     return page.extract_text(visitor_text=visit), runs
