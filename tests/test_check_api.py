@@ -341,14 +341,15 @@ def test_a_kept_mistake_that_warns_prints_nothing_of_the_course_code_under_a_che
     the student's answer may warn."""
     import warnings
 
-    def scaled(inputs):  # wrong (scaled by sqrt(d_in)) and silent, so every kept mistake is tried, on batches too
-        if inputs.dim() < 2:
-            raise ValueError("inputs")
-        weights = torch.softmax(inputs @ inputs.transpose(-2, -1) / inputs.shape[-1] ** 0.5, dim=-1)
-        return weights, weights.transpose(-2, -1) @ inputs
+    from attention_course.exercises.ch04.ex1_self_attention import SelfAttention
+
+    class Scaled(SelfAttention):  # wrong (scaled by sqrt(d_in) and by 2) and silent, so every kept mistake is tried
+        def forward(self, x):
+            q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+            return torch.softmax(q @ k.transpose(-2, -1) / (2 * x.shape[-1] ** 0.5), dim=-1) @ v
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        check("ch04_ex1", scaled, thorough=True)
+        check("ch04_ex1", Scaled, thorough=True)
     printed = capsys.readouterr()
     from_the_course = [w for w in caught if "attention_course" in str(w.filename)]
     assert from_the_course == [], [f"{w.filename}: {w.message}" for w in from_the_course]

@@ -29,7 +29,7 @@ def _sized_calls(seed):
 
 
 def _values_only(got, want, calls):
-    """A custom compare that reads the returned values only (as ch04_ex6's and ch10_ex3's do)."""
+    """A custom compare that reads the returned values only (as ch04_ex5's and ch10_ex3's do)."""
     for g, w in zip(got, want):
         if g["status"] != "ok" or not torch.allclose(g["value"], w["value"]):
             return "the values differ"

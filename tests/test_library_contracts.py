@@ -29,8 +29,8 @@ from attention_course.checks.registry import get_exercise
 LIBRARY_ANSWERS = [
     ("ch03_ex1", None, functional.masked_softmax),
     ("ch03_ex2", None, functional.AdditiveAttention),
-    ("ch04_ex4", "the course library's transformer.sinusoidal_encoding", transformer.sinusoidal_encoding),
-    ("ch04_ex6", "the course library's rope_scaling.apply_rope", rope_scaling.apply_rope),
+    ("ch04_ex3", "the course library's transformer.sinusoidal_encoding", transformer.sinusoidal_encoding),
+    ("ch04_ex5", "the course library's rope_scaling.apply_rope", rope_scaling.apply_rope),
     ("ch05_ex3", "the course library's multihead.CausalAttention", multihead.CausalAttention),
     ("ch06_ex2", "the course library's multihead.MultiHeadAttention", multihead.MultiHeadAttention),
     ("ch06_ex2", "the course library's multihead.SDPAMultiHeadAttention", multihead.SDPAMultiHeadAttention),

@@ -120,7 +120,7 @@ def test_masks():
 
 
 def test_sinusoidal_encoding_is_chapter_4s():
-    from attention_course.exercises.ch04.ex4_sinusoidal_encoding import sinusoidal_encoding as chapter4
+    from attention_course.exercises.ch04.ex3_sinusoidal_encoding import sinusoidal_encoding as chapter4
     torch.testing.assert_close(tf.sinusoidal_encoding(50, 16), chapter4(50, 16))
     table = tf.sinusoidal_encoding(5, 4)
     assert table[3, 2].item() == pytest.approx(math.sin(3 / 100.0), abs=1e-6)

@@ -34,7 +34,7 @@ from .disable import disable_class, disable_function
 LIBRARY_ANSWERS = {
     "ch03_ex1": ("functional.masked_softmax", "translation.masked_softmax"),
     "ch03_ex2": ("functional.AdditiveAttention",),
-    "ch04_ex4": ("transformer.sinusoidal_encoding",),
+    "ch04_ex3": ("transformer.sinusoidal_encoding",),
     "ch05_ex1": ("transformer.causal_mask",),
     "ch05_ex3": ("multihead.CausalAttention",),
     "ch06_ex2": ("multihead.MultiHeadAttention", "multihead.SDPAMultiHeadAttention"),

@@ -14,8 +14,8 @@ module finds them, for every released exercise:
   compare's own parameters (``got, want, calls``: a helper that compares, as ch03_ex5's does).
   Each routine reported is then run, in the full course, on the public inputs of every released
   exercise whose calls it accepts (:func:`answers_given`): the report says whose answer it
-  gives, in that exercise's row too (when this was written, ch04_ex8's compare shipped the
-  sinusoidal table in float64, which is ch04_ex4's answer).
+  gives, in that exercise's row too (when this was written, ch04_ex7's compare shipped the
+  sinusoidal table in float64, which is ch04_ex3's answer).
 * **shipped inputs** (:func:`fixed_checks`): a release stores the reference's outputs of every
   public check on its public inputs (``public_checks/checks.pt``). At grading every check runs at
   a hidden seed (:func:`attention_course.checks.plan.hidden_seed`); a public check whose

@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from attention_course.exercises.ch04.ex2_self_attention import SelfAttention
+from attention_course.exercises.ch04.ex1_self_attention import SelfAttention
 from attention_course.checks.registry import all_exercises, get_exercise
 
 from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, passes_everywhere, statement
@@ -37,55 +37,6 @@ def _solution_only_answer(label):
 
 # ------------------------------------------------------------- ch04_ex1
 
-def test_ch04_ex1_loops_are_allowed_not_demanded():
-    """Issue 40: the old one-query warm-up's stub said "computed with loops" while its contract
-    allowed any style. The merged warm-up says any style will do, and its stub asks for no loops."""
-    text = statement("ch04_ex1")
-    assert "any style will do" in text and "loops" in text
-    student = json.loads((ROOT / "chapters" / "04_self_attention.ipynb").read_text())["cells"]
-    stub = next("".join(c["source"]) for c in student
-                if c["cell_type"] == "code" and "def simple_self_attention" in "".join(c["source"]))
-    assert "loop" not in stub.lower(), stub
-
-
-def test_ch04_ex1_one_query_at_a_time_with_loops_passes_everywhere():
-    def by_hand(inputs):
-        if inputs.dim() < 2:
-            raise ValueError("no tokens")
-        seqs = inputs if inputs.dim() == 3 else inputs[None]
-        weights, contexts = torch.zeros(*seqs.shape[:2], seqs.shape[1], dtype=inputs.dtype), torch.zeros_like(seqs)
-        for b, seq in enumerate(seqs):
-            for i, query in enumerate(seq):
-                scores = torch.stack([sum(query[c] * key[c] for c in range(len(query))) for key in seq])
-                w = torch.exp(scores - scores.max())
-                weights[b, i] = w / w.sum()
-                for j, value in enumerate(seq):
-                    contexts[b, i] += weights[b, i, j] * value
-        return (weights, contexts) if inputs.dim() == 3 else (weights[0], contexts[0])
-    passes_everywhere("ch04_ex1", by_hand)
-
-
-def test_ch04_ex1_a_value_error_with_any_message_passes():
-    def terse(inputs):
-        if inputs.dim() < 2:
-            raise ValueError("?")
-        w = torch.softmax(inputs @ inputs.mT, dim=-1)
-        return w, w @ inputs
-    passes_everywhere("ch04_ex1", terse)
-
-
-def test_ch04_ex1_weights_divided_by_their_sum_are_named():
-    def normalised_by_sum(inputs):
-        if inputs.dim() < 2:
-            raise ValueError("inputs must be 2-D or 3-D")
-        scores = torch.einsum("...id,...jd->...ij", inputs, inputs)
-        w = scores / scores.sum(-1, keepdim=True)
-        return w, w @ inputs
-    assert_mistake("ch04_ex1", normalised_by_sum, "sum-normalised scores")
-
-
-# ------------------------------------------------------------- ch04_ex2
-
 class _ScaledByInputWidth(SelfAttention):
     def forward(self, x):
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
@@ -100,38 +51,60 @@ class _KeysQueries(SelfAttention):
         return torch.softmax(scores, dim=-1) @ v
 
 
-def test_ch04_ex2_scaled_by_sqrt_d_in_is_named():
-    assert_mistake("ch04_ex2", _ScaledByInputWidth, "scaled by sqrt(d_in)",
+def test_ch04_ex1_scaled_by_sqrt_d_in_is_named():
+    assert_mistake("ch04_ex1", _ScaledByInputWidth, "scaled by sqrt(d_in)",
                     must_not=("batch", "bias", "layers with the contract"))
 
 
-def test_ch04_ex2_keys_times_queries_is_named():
-    assert_mistake("ch04_ex2", _KeysQueries, "keys times queries",
+def test_ch04_ex1_keys_times_queries_is_named():
+    assert_mistake("ch04_ex1", _KeysQueries, "keys times queries",
                     must_not=("batch axis", "bias", "layers with the contract"))
 
 
-def test_ch04_ex2_check_hints_blame_neither_batch_nor_layers():
+class _SumNormalised(SelfAttention):
+    def forward(self, x):
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
+        return scores / scores.sum(-1, keepdim=True) @ v
+
+
+class _FirstTwoAxes(SelfAttention):
+    def forward(self, x):
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        return torch.softmax(q @ k.transpose(0, 1) / math.sqrt(k.shape[-1]), dim=-1) @ v
+
+
+def test_ch04_ex1_weights_divided_by_their_sum_are_named():
+    # Carried over from the retired simple_self_attention warm-up (issue 40).
+    assert_mistake("ch04_ex1", _SumNormalised, "sum-normalised scores")
+
+
+def test_ch04_ex1_transpose_of_the_first_two_axes_is_named():
+    assert_mistake("ch04_ex1", _FirstTwoAxes, "transposed the first two axes")
+
+
+def test_ch04_ex1_check_hints_blame_neither_batch_nor_layers():
     # A wrong answer that matches no kept mistake (scaled by sqrt(d_in) and by 2).
     class Other(SelfAttention):
         def forward(self, x):
             q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
             return torch.softmax(q @ k.transpose(-2, -1) / (2 * x.shape[-1] ** 0.5), dim=-1) @ v
-    failures = failed_checks("ch04_ex2", Other)
+    failures = failed_checks("ch04_ex1", Other)
     assert failures and all(r.mistake is None for r in failures)
     for r in failures:
         assert "left alone" not in r.hint and "compare your layers" not in r.hint, r.hint
 
 
-def test_ch04_ex2_folded_question_has_a_reference_answer_in_its_solution_block():
+def test_ch04_ex1_folded_question_has_a_reference_answer_in_its_solution_block():
     """The transposition into nn.Linear weights (once the exercise linear_state_dict) is now the
     closing question of the module exercise, answered on the full site and not in the student's."""
-    assert "load_state_dict" in statement("ch04_ex2")
-    answer, student = _solution_only_answer("ch04_ex2")
+    assert "load_state_dict" in statement("ch04_ex1")
+    answer, student = _solution_only_answer("ch04_ex1")
     assert "W_q.T" in answer and "shape mismatch" in answer
     assert answer.splitlines()[0][:60] not in student
 
 
-# ------------------------------------------------------------- ch04_ex4
+# ------------------------------------------------------------- ch04_ex3
 
 def _pe_positions_from_one(num_positions, d_model):
     if num_positions < 1:
@@ -155,22 +128,22 @@ def _pe_kept_float64(num_positions, d_model):
     return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(num_positions, d_model)
 
 
-def test_ch04_ex4_positions_from_one_is_named():
-    assert_mistake("ch04_ex4", _pe_positions_from_one, "positions counted from 1",
+def test_ch04_ex3_positions_from_one_is_named():
+    assert_mistake("ch04_ex3", _pe_positions_from_one, "positions counted from 1",
                     must_not=("same frequency",))
 
 
-def test_ch04_ex4_float64_is_named():
-    assert_mistake("ch04_ex4", _pe_kept_float64, "float64 table", must_not=("same frequency",))
+def test_ch04_ex3_float64_is_named():
+    assert_mistake("ch04_ex3", _pe_kept_float64, "float64 table", must_not=("same frequency",))
 
 
-# ------------------------------------------------------------- ch04_ex6
+# ------------------------------------------------------------- ch04_ex5
 
 def _rope_reference():
-    return get_exercise("ch04_ex6").reference
+    return get_exercise("ch04_ex5").reference
 
 
-def test_ch04_ex6_reference_on_a_case_worked_by_hand():
+def test_ch04_ex5_reference_on_a_case_worked_by_hand():
     # d = 4, base 100: theta_0 = 1, theta_1 = 100^(-1/2) = 0.1. At position 3 pair 0 turns by 3 rad,
     # pair 1 by 0.3 rad; (1, 0) turned by a is (cos a, sin a), (0, 1) turned by a is (-sin a, cos a).
     x = torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
@@ -185,7 +158,7 @@ def _block_rotation(angle_per_pair):
                                            dtype=torch.float64) for a in angle_per_pair])
 
 
-def test_ch04_ex6_reference_is_R_m_times_each_row_and_scores_see_only_the_offset():
+def test_ch04_ex5_reference_is_R_m_times_each_row_and_scores_see_only_the_offset():
     """Another method: R_m as a block-diagonal matrix (column vectors), and the chapter's identity
     q_m . k_n = q . R_(n-m) k."""
     g = torch.Generator().manual_seed(4)
@@ -200,7 +173,7 @@ def test_ch04_ex6_reference_is_R_m_times_each_row_and_scores_see_only_the_offset
         assert abs((turned[0] @ turned[1]).item() - offset_only.item()) < 1e-9
 
 
-def test_ch04_ex6_rotate_half_is_named():
+def test_ch04_ex5_rotate_half_is_named():
     def rotate_half_rope(x, positions, base=10000.0, scale=1.0):
         # the half-split layout of GPT-NeoX / Llama code: cos and sin repeated over both halves
         d = x.shape[-1]
@@ -210,10 +183,10 @@ def test_ch04_ex6_rotate_half_is_named():
         half = d // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return (x.double() * emb.cos() + rotated.double() * emb.sin()).to(x.dtype)
-    assert_mistake("ch04_ex6", rotate_half_rope, "half-split pairs")
+    assert_mistake("ch04_ex5", rotate_half_rope, "half-split pairs")
 
 
-def test_ch04_ex6_scale_multiplying_the_positions_is_named():
+def test_ch04_ex5_scale_multiplying_the_positions_is_named():
     def stretched(x, positions, base=10000.0, scale=1.0):
         d = x.shape[-1]
         angle = (positions.double() * scale)[..., None] * base ** (-torch.arange(0, d, 2).double() / d)
@@ -221,19 +194,19 @@ def test_ch04_ex6_scale_multiplying_the_positions_is_named():
         out = torch.empty_like(x, dtype=torch.float64)
         out[..., 0::2], out[..., 1::2] = a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()
         return out.to(x.dtype)
-    assert_mistake("ch04_ex6", stretched, "scale multiplies the positions")
+    assert_mistake("ch04_ex5", stretched, "scale multiplies the positions")
 
 
-def test_ch04_ex6_positions_from_arange_are_named():
+def test_ch04_ex5_positions_from_arange_are_named():
     def counted(x, positions, base=10000.0, scale=1.0):
         d, n = x.shape[-1], x.shape[-2]
         angle = (torch.arange(n, dtype=torch.float64) / scale)[:, None] * base ** (-torch.arange(0, d, 2).double() / d)
         a, b = x[..., 0::2].double(), x[..., 1::2].double()
         return torch.stack([a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()], -1).flatten(-2).to(x.dtype)
-    assert_mistake("ch04_ex6", counted, "positions 0, 1, 2, ...")
+    assert_mistake("ch04_ex5", counted, "positions 0, 1, 2, ...")
 
 
-def test_ch04_ex6_a_table_cached_for_integer_positions_fails_the_interpolation_check():
+def test_ch04_ex5_a_table_cached_for_integer_positions_fails_the_interpolation_check():
     """A loophole: precompute cos and sin for integer positions 0..N and index the table with
     positions.long(). Integer positions pass; the fractional ones of interpolation do not."""
     def cached(x, positions, base=10000.0, scale=1.0):
@@ -242,7 +215,7 @@ def test_ch04_ex6_a_table_cached_for_integer_positions_fails_the_interpolation_c
         angle = table[(positions.double() / scale).long()]
         a, b = x[..., 0::2].double(), x[..., 1::2].double()
         return torch.stack([a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()], -1).flatten(-2).to(x.dtype)
-    failed = {r.check: r for r in failed_checks("ch04_ex6", cached)}
+    failed = {r.check: r for r in failed_checks("ch04_ex5", cached)}
     interpolation = next(name for name in failed if name.startswith("apply_rope(x, p, scale=s)"))
     # both calls of a pair floor the same fractional positions, so they agree with each other: the
     # reason is the gap from the expected rotation, not the interpolation property
@@ -250,19 +223,19 @@ def test_ch04_ex6_a_table_cached_for_integer_positions_fails_the_interpolation_c
     assert not any(name.startswith("3 tokens") or name.startswith("float32 rows") for name in failed), list(failed)
 
 
-def test_ch04_ex6_a_float64_result_for_float32_rows_fails_on_its_dtype():
+def test_ch04_ex5_a_float64_result_for_float32_rows_fails_on_its_dtype():
     def kept_float64(x, positions, base=10000.0, scale=1.0):
-        return get_exercise("ch04_ex6").alternatives[0].impl(x.double(), positions, base, scale)
-    failed = failed_checks("ch04_ex6", kept_float64)
+        return get_exercise("ch04_ex5").alternatives[0].impl(x.double(), positions, base, scale)
+    failed = failed_checks("ch04_ex5", kept_float64)
     assert failed and all("dtype" in r.reason for r in failed), [r.reason for r in failed]
 
 
-def test_ch04_ex6_breaking_the_offset_property_is_reported_as_such():
+def test_ch04_ex5_breaking_the_offset_property_is_reported_as_such():
     def absolute_bias(x, positions, base=10000.0, scale=1.0):
         # the right rotation, plus a little of the absolute position: no rotation any more
-        right = get_exercise("ch04_ex6").alternatives[0].impl(x, positions, base, scale)
+        right = get_exercise("ch04_ex5").alternatives[0].impl(x, positions, base, scale)
         return right + 1e-3 * positions.to(x.dtype)[..., None]
-    offset = next(r for r in failed_checks("ch04_ex6", absolute_bias) if r.check.startswith("the score of q"))
+    offset = next(r for r in failed_checks("ch04_ex5", absolute_bias) if r.check.startswith("the score of q"))
     assert "depends on m, not on the offset" in offset.reason, offset.reason
 
 
@@ -276,46 +249,46 @@ def _rope_writing_into(x, positions, base=10000.0, scale=1.0):
     return x
 
 
-def test_ch04_ex6_turning_x_in_place_is_named_with_its_argument():
+def test_ch04_ex5_turning_x_in_place_is_named_with_its_argument():
     """Issue 40, item 3: an answer that writes the turned pairs into x returned the right rows, and the
     checks (which copy every input) never saw x change; now every check fails it, in public and hidden,
     with the argument named in the reason and the kept mistake's hint."""
-    assert_mistake("ch04_ex6", _rope_writing_into, "turned x in place")
-    for r in failed_checks("ch04_ex6", _rope_writing_into):
+    assert_mistake("ch04_ex5", _rope_writing_into, "turned x in place")
+    for r in failed_checks("ch04_ex5", _rope_writing_into):
         assert "changed its argument x in place" in r.reason, r.reason
     for seed in (11, 2026):
-        assert failed_checks("ch04_ex6", _rope_writing_into, seed), seed
+        assert failed_checks("ch04_ex5", _rope_writing_into, seed), seed
 
 
-def test_ch04_ex6_an_in_place_write_under_another_name_is_named_by_that_name():
+def test_ch04_ex5_an_in_place_write_under_another_name_is_named_by_that_name():
     """The reason names the argument as the answer's own signature calls it."""
     def rope(rows, pos, base=10000.0, scale=1.0):
         turned = _rope_writing_into(rows.clone(), pos, base, scale)
         rows.mul_(1.0).add_(1.0)     # a stray in-place edit of the input
         return turned
-    failed = failed_checks("ch04_ex6", rope)
+    failed = failed_checks("ch04_ex5", rope)
     assert failed and all("changed its argument rows in place" in r.reason for r in failed), [r.reason for r in failed]
 
 
-def test_ch04_ex6_a_copy_written_in_place_passes_everywhere():
+def test_ch04_ex5_a_copy_written_in_place_passes_everywhere():
     """Writing into a copy of x is a correct answer of any style."""
-    passes_everywhere("ch04_ex6", lambda x, positions, base=10000.0, scale=1.0:
+    passes_everywhere("ch04_ex5", lambda x, positions, base=10000.0, scale=1.0:
                       _rope_writing_into(x.clone(), positions, base, scale))
 
 
-def test_ch04_ex6_open_question_has_a_reference_answer_in_its_solution_block():
-    answer, student = _solution_only_answer("ch04_ex6")
+def test_ch04_ex5_open_question_has_a_reference_answer_in_its_solution_block():
+    answer, student = _solution_only_answer("ch04_ex5")
     assert "2047.75" in answer and "fine-tuning" in answer
     assert answer.splitlines()[0][:60] not in student
 
 
-# ------------------------------------------------------------- ch04_ex7
+# ------------------------------------------------------------- ch04_ex6
 
 def _ths_reference():
-    return get_exercise("ch04_ex7").reference
+    return get_exercise("ch04_ex6").reference
 
 
-def test_ch04_ex7_reference_on_a_matrix_reordered_by_hand():
+def test_ch04_ex6_reference_on_a_matrix_reordered_by_hand():
     w = torch.arange(16.0).reshape(2, 8)
     # by hand: pair i = columns (2i, 2i+1) goes to columns (i, i + 4)
     expected = torch.tensor([[0.0, 2, 4, 6, 1, 3, 5, 7], [8.0, 10, 12, 14, 9, 11, 13, 15]])
@@ -333,7 +306,7 @@ def _turn_pairs(x, positions, first, second):
     return out
 
 
-def test_ch04_ex7_reference_keeps_every_rope_score():
+def test_ch04_ex6_reference_keeps_every_rope_score():
     g = torch.Generator().manual_seed(5)
     d_in, d_k = 5, 10
     w_q, w_k = (torch.randn(d_in, d_k, generator=g, dtype=torch.float64) for _ in range(2))
@@ -350,7 +323,7 @@ def test_ch04_ex7_reference_keeps_every_rope_score():
     assert not torch.allclose(split(x @ w_q) @ split(x @ w_k).T, before, atol=1e-3)
 
 
-def test_ch04_ex7_half_split_to_interleaved_is_named():
+def test_ch04_ex6_half_split_to_interleaved_is_named():
     def interleave_halves(w):
         d_k = w.shape[-1]
         out = torch.empty_like(w)
@@ -358,18 +331,18 @@ def test_ch04_ex7_half_split_to_interleaved_is_named():
             out[..., 2 * i] = w[..., i]
             out[..., 2 * i + 1] = w[..., i + d_k // 2]
         return out
-    assert_mistake("ch04_ex7", interleave_halves, "the inverse reordering", must_not=("rows", "transposed"))
+    assert_mistake("ch04_ex6", interleave_halves, "the inverse reordering", must_not=("rows", "transposed"))
 
 
-def test_ch04_ex7_rows_reordered_is_named():
+def test_ch04_ex6_rows_reordered_is_named():
     def rows_even_then_odd(w):
         d_in = w.shape[-2]
         order = list(range(0, d_in, 2)) + list(range(1, d_in, 2))
         return w[..., order, :]
-    assert_mistake("ch04_ex7", rows_even_then_odd, "rows reordered")
+    assert_mistake("ch04_ex6", rows_even_then_odd, "rows reordered")
 
 
-def test_ch04_ex7_pairs_turned_by_a_fixed_angle_keep_the_scores_but_not_the_matrix():
+def test_ch04_ex6_pairs_turned_by_a_fixed_angle_keep_the_scores_but_not_the_matrix():
     """Turning every converted pair by one fixed angle keeps every score (rotations commute), so the
     score checks pass it; the contract asks for a reordering, and the entry-by-entry checks fail it
     with their own hints."""
@@ -377,24 +350,24 @@ def test_ch04_ex7_pairs_turned_by_a_fixed_angle_keep_the_scores_but_not_the_matr
         a, b = w[..., 0::2], w[..., 1::2]
         c, s = math.cos(0.3), math.sin(0.3)
         return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
-    failures = failed_checks("ch04_ex7", reordered_then_turned)
-    entry_by_entry = [c.name for c in get_exercise("ch04_ex7").checks if c.public and c.compare is None]
+    failures = failed_checks("ch04_ex6", reordered_then_turned)
+    entry_by_entry = [c.name for c in get_exercise("ch04_ex6").checks if c.public and c.compare is None]
     assert [r.check for r in failures] == entry_by_entry
     assert all(r.mistake is None for r in failures)
 
 
-def test_ch04_ex7_an_in_place_reordering_passes_everywhere():
+def test_ch04_ex6_an_in_place_reordering_passes_everywhere():
     def in_place(w):
         d_k = w.shape[-1]
         w[:] = w[..., [*range(0, d_k, 2), *range(1, d_k, 2)]]
         return w
-    passes_everywhere("ch04_ex7", in_place)
+    passes_everywhere("ch04_ex6", in_place)
 
 
-def test_ch04_ex7_open_question_has_a_reference_answer_in_its_solution_block():
+def test_ch04_ex6_open_question_has_a_reference_answer_in_its_solution_block():
     cells = json.loads((ROOT / "solutions" / "04_self_attention.ipynb").read_text())["cells"]
     text = ["".join(c["source"]) for c in cells]
-    start = next(i for i, t in enumerate(text) if "{solution-start} ch04_ex7" in t)
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch04_ex6" in t)
     end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
     answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
                and "solution-only" in cells[i]["metadata"].get("tags", [])]
@@ -403,13 +376,13 @@ def test_ch04_ex7_open_question_has_a_reference_answer_in_its_solution_block():
     assert text[answers[0]].splitlines()[0][:60] not in student
 
 
-# ------------------------------------------------------------- ch04_ex8
+# ------------------------------------------------------------- ch04_ex7
 
 def _oop_reference():
-    return get_exercise("ch04_ex8").reference
+    return get_exercise("ch04_ex7").reference
 
 
-def test_ch04_ex8_reference_on_a_matrix_worked_by_hand():
+def test_ch04_ex7_reference_on_a_matrix_worked_by_hand():
     A = torch.arange(1.0, 17.0).reshape(4, 4)
     # by hand: pair 0's block [[1, 2], [5, 6]] -> a = (1 + 6) / 2, b = (2 - 5) / 2;
     #          pair 1's block [[11, 12], [15, 16]] -> a = (11 + 16) / 2, b = (12 - 15) / 2
@@ -420,7 +393,7 @@ def test_ch04_ex8_reference_on_a_matrix_worked_by_hand():
     assert torch.equal(_oop_reference()(A), expected)
 
 
-def test_ch04_ex8_reference_is_the_least_squares_fit_of_matrices_commuting_with_M_1():
+def test_ch04_ex7_reference_is_the_least_squares_fit_of_matrices_commuting_with_M_1():
     """Another method: the matrices commuting with M_1 found numerically (the null space of
     X -> M_1 X - X M_1), then the least-squares fit of A in that space."""
     d = 10
@@ -439,7 +412,7 @@ def test_ch04_ex8_reference_is_the_least_squares_fit_of_matrices_commuting_with_
     assert torch.allclose(_oop_reference()(A), fit, atol=1e-10)
 
 
-def test_ch04_ex8_b_with_the_wrong_sign_is_named():
+def test_ch04_ex7_b_with_the_wrong_sign_is_named():
     def b_from_lower_minus_upper(A):
         B = torch.zeros_like(A)
         for i in range(0, A.shape[-1], 2):
@@ -448,11 +421,11 @@ def test_ch04_ex8_b_with_the_wrong_sign_is_named():
             B[..., i, i] = B[..., i + 1, i + 1] = a
             B[..., i, i + 1], B[..., i + 1, i] = b, -b
         return B
-    assert_mistake("ch04_ex8", b_from_lower_minus_upper, "b with the wrong sign",
+    assert_mistake("ch04_ex7", b_from_lower_minus_upper, "b with the wrong sign",
                    must_not=("pair i is columns", "twice"))
 
 
-def test_ch04_ex8_half_split_pairs_are_named():
+def test_ch04_ex7_half_split_pairs_are_named():
     def pairs_i_and_i_plus_half(A):
         h = A.shape[-1] // 2
         B = torch.zeros_like(A)
@@ -461,21 +434,21 @@ def test_ch04_ex8_half_split_pairs_are_named():
             a, b = (A[..., i, i] + A[..., j, j]) / 2, (A[..., i, j] - A[..., j, i]) / 2
             B[..., i, i], B[..., j, j], B[..., i, j], B[..., j, i] = a, a, b, -b
         return B
-    assert_mistake("ch04_ex8", pairs_i_and_i_plus_half, "half-split pairs")
+    assert_mistake("ch04_ex7", pairs_i_and_i_plus_half, "half-split pairs")
 
 
-def test_ch04_ex8_whole_blocks_fail_the_commuting_check_with_their_hint():
+def test_ch04_ex7_whole_blocks_fail_the_commuting_check_with_their_hint():
     def keep_blocks(A):
         B = torch.zeros_like(A)
         for i in range(0, A.shape[-1], 2):
             B[..., i:i + 2, i:i + 2] = A[..., i:i + 2, i:i + 2]
         return B
-    assert_mistake("ch04_ex8", keep_blocks, "whole diagonal blocks kept")
-    commute = next(r for r in failed_checks("ch04_ex8", keep_blocks) if r.check.startswith("B commutes"))
+    assert_mistake("ch04_ex7", keep_blocks, "whole diagonal blocks kept")
+    commute = next(r for r in failed_checks("ch04_ex7", keep_blocks) if r.check.startswith("B commutes"))
     assert "does not commute with M_1" in commute.reason, commute.reason
 
 
-def test_ch04_ex8_an_in_place_float64_answer_passes_everywhere():
+def test_ch04_ex7_an_in_place_float64_answer_passes_everywhere():
     def in_place(A):
         d = A.shape[-1]
         work = A.double()
@@ -487,10 +460,10 @@ def test_ch04_ex8_an_in_place_float64_answer_passes_everywhere():
         rotated[..., :, 0::2], rotated[..., :, 1::2] = turned[..., :, 1::2], -turned[..., :, 0::2]
         A.copy_(((work + rotated) / 2).masked_fill(off_block, 0.0).to(A.dtype))
         return A
-    passes_everywhere("ch04_ex8", in_place)
+    passes_everywhere("ch04_ex7", in_place)
 
 
-def test_ch04_ex8_a_random_matrix_keeps_about_one_over_d_model_of_its_squared_norm():
+def test_ch04_ex7_a_random_matrix_keeps_about_one_over_d_model_of_its_squared_norm():
     """The figure given in the reference answer to the open question."""
     g = torch.Generator().manual_seed(0)
     for d in (8, 32):
@@ -503,10 +476,10 @@ def test_ch04_ex8_a_random_matrix_keeps_about_one_over_d_model_of_its_squared_no
                               atol=1e-9)
 
 
-def test_ch04_ex8_open_question_has_a_reference_answer_in_its_solution_block():
+def test_ch04_ex7_open_question_has_a_reference_answer_in_its_solution_block():
     cells = json.loads((ROOT / "solutions" / "04_self_attention.ipynb").read_text())["cells"]
     text = ["".join(c["source"]) for c in cells]
-    start = next(i for i, t in enumerate(text) if "{solution-start} ch04_ex8" in t)
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch04_ex7" in t)
     end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
     answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
                and "solution-only" in cells[i]["metadata"].get("tags", [])]
@@ -525,7 +498,7 @@ def test_ch04_check_hints_describe_rather_than_blame(exercise):
             assert words not in check.hint.lower(), (exercise.label, check.name, words)
 
 
-def test_ch04_ex8_b_from_the_symmetric_part_is_named():
+def test_ch04_ex7_b_from_the_symmetric_part_is_named():
     def symmetric_b(A):
         B = torch.zeros_like(A)
         for i in range(0, A.shape[-1], 2):
@@ -534,10 +507,10 @@ def test_ch04_ex8_b_from_the_symmetric_part_is_named():
             B[..., i, i], B[..., i + 1, i + 1], B[..., i, i + 1], B[..., i + 1, i] = a, a, b, -b
         return B
 
-    assert_mistake("ch04_ex8", symmetric_b, "b from the symmetric part")
+    assert_mistake("ch04_ex7", symmetric_b, "b from the symmetric part")
 
 
-def test_ch04_ex8_single_entries_are_named():
+def test_ch04_ex7_single_entries_are_named():
     def copied(A):
         B = torch.zeros_like(A)
         for i in range(0, A.shape[-1], 2):
@@ -545,15 +518,15 @@ def test_ch04_ex8_single_entries_are_named():
             B[..., i, i], B[..., i + 1, i + 1], B[..., i, i + 1], B[..., i + 1, i] = a, a, b, -b
         return B
 
-    assert_mistake("ch04_ex8", copied, "a and b copied from single entries")
+    assert_mistake("ch04_ex7", copied, "a and b copied from single entries")
 
 
-def test_ch04_ex5_graded_cases_keep_what_their_names_promise():
+def test_ch04_ex4_graded_cases_keep_what_their_names_promise():
     """At grading, the public checks run at other seeds (issue 38, item 4): other offsets and widths,
     of the same kind as the public case (an offset of at least 2 in the chapter's 32-wide table; a
     negative offset, a zero offset and one pair; an odd, a zero and a negative width)."""
     from attention_course.checks.plan import hidden_seed
-    checks = get_exercise("ch04_ex5").checks
+    checks = get_exercise("ch04_ex4").checks
     for seed in (11, 2026, 7, 1):
         args = [[c.args for c in checks[i].make_calls(hidden_seed(seed, i))] for i in range(4)]
         (k, d), = args[0]

@@ -1,4 +1,4 @@
-r"""ch04_ex2: A self-attention module.
+r"""ch04_ex1: A self-attention module.
 
 Write a class `SelfAttention(d_in, d_out, qkv_bias=False)`, a subclass of
 `nn.Module`, with exactly three parameterised sub-modules, the `nn.Linear` layers
@@ -257,7 +257,7 @@ class _SAAltSDPA(nn.Module):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex2", title="A self-attention module",
+    label="ch04_ex1", title="A self-attention module",
     name="SelfAttention", reference=SelfAttention, points=3, kind="class",
     checks=[
         Check("d_in=3, d_out=2 on the chapter's sentence, with given weights", _sa_sentence_calls, seed=4,

@@ -1,4 +1,4 @@
-r"""ch04_ex3: Shuffle, attend, restore.
+r"""ch04_ex2: Shuffle, attend, restore.
 
 Write `attend_permuted(inputs, perm, W_query, W_key, W_value)` that runs scaled
 dot-product self-attention on the *shuffled* sequence `inputs[perm]` and also puts its
@@ -191,7 +191,7 @@ def _ap_alt_equivariance(inputs, perm, W_query, W_key, W_value):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex3", title="Shuffle, attend, restore",
+    label="ch04_ex2", title="Shuffle, attend, restore",
     name="attend_permuted", reference=attend_permuted, points=2,
     checks=[
         Check("the chapter's sentence, owls and mice swapped, then cyclically shifted",

@@ -1,4 +1,4 @@
-r"""ch04_ex4: Sinusoidal positional encoding.
+r"""ch04_ex3: Sinusoidal positional encoding.
 
 Write `sinusoidal_encoding(num_positions, d_model)` returning the sinusoidal
 positional encoding of Vaswani et al. (2017) as a `torch.float32` tensor of shape
@@ -220,7 +220,7 @@ alternatives.add("the course library's transformer.sinusoidal_encoding",
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex4", title="Sinusoidal positional encoding",
+    label="ch04_ex3", title="Sinusoidal positional encoding",
     name="sinusoidal_encoding", reference=sinusoidal_encoding, points=1,
     checks=[
         Check("4 positions, d_model=6", _pe_small_calls, seed=0, atol=1e-4,

@@ -1,9 +1,9 @@
-r"""ch04_ex5: The offset matrix M_k.
+r"""ch04_ex4: The offset matrix M_k.
 
 Write `offset_matrix(k, d_model)` returning the matrix $M_k$ of the section on relative
 positions: a `torch.float32` tensor of shape `(d_model, d_model)` such that
 `M_k @ PE[pos]` equals `PE[pos + k]` for every position `pos`, where `PE` is the
-sinusoidal table of {ref}`ch04_ex4` (sine in column $2i$, cosine in column
+sinusoidal table of {ref}`ch04_ex3` (sine in column $2i$, cosine in column
 $2i+1$).
 
 - `k`: a Python `int`, which may be negative or zero ($M_0$ is the identity).
@@ -208,7 +208,7 @@ def _om_alt_power(k, d_model):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex5", title="The offset matrix M_k",
+    label="ch04_ex4", title="The offset matrix M_k",
     name="offset_matrix", reference=offset_matrix, points=2,
     checks=[
         Check("k=5, d_model=32 (the chapter's table)", _om_chapter_calls, seed=_OM_PUBLIC_SEED, atol=1e-5,

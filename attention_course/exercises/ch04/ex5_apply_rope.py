@@ -1,4 +1,4 @@
-r"""ch04_ex6: Rotary embeddings with position interpolation.
+r"""ch04_ex5: Rotary embeddings with position interpolation.
 
 Write `apply_rope(x, positions, base=10000.0, scale=1.0)`, the rotary embedding of the
 chapter's `rotate_pairs` (interleaved pairs, the same direction of rotation) made ready for
@@ -352,7 +352,7 @@ def _rope_alt_library(x, positions, base=10000.0, scale=1.0):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex6", title="Rotary embeddings with position interpolation",
+    label="ch04_ex5", title="Rotary embeddings with position interpolation",
     name="apply_rope", reference=apply_rope, points=3, kind="function",
     checks=[
         Check("3 tokens of width 6 at positions 2, 0, 7, then base 100 at positions 1, 5",

@@ -1,4 +1,4 @@
-r"""ch04_ex7: From interleaved to half-split rotary weights.
+r"""ch04_ex6: From interleaved to half-split rotary weights.
 
 The chapter's `rotate_pairs` uses the *interleaved* layout: columns $2i$ and $2i+1$ form
 pair $i$, turned by the angle $m\,\theta_i$ at position $m$, with
@@ -234,7 +234,7 @@ def _ths_alt_linear_layout(w):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex7", title="From interleaved to half-split rotary weights",
+    label="ch04_ex6", title="From interleaved to half-split rotary weights",
     name="to_half_split", reference=to_half_split, points=3, kind="function",
     checks=[
         Check("the 8 x 8 matrix 0, 1, ..., 63 and a random 12 x 12 matrix", _ths_small_calls, seed=0,

@@ -1,8 +1,8 @@
-r"""ch04_ex8: The offset-only part of a positional score.
+r"""ch04_ex7: The offset-only part of a positional score.
 
 In the section on projections, the positional part of a score is
 $\mathrm{PE}_m A\, \mathrm{PE}_n^\top$ with $A = W_q W_k^\top$, and it depends on the offset
-$n - m$ alone when $A$ commutes with every offset matrix $M_k$ of {ref}`ch04_ex5`. Because the
+$n - m$ alone when $A$ commutes with every offset matrix $M_k$ of {ref}`ch04_ex4`. Because the
 pairs all have different frequencies, the matrices that commute with every $M_k$ are exactly
 the block-diagonal ones whose $2 \times 2$ block on pair $i$ (rows and columns $2i$ and
 $2i+1$, the layout of the chapter's table) has the form
@@ -373,7 +373,7 @@ def _oop_alt_complex(A):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch04_ex8", title="The offset-only part of a positional score",
+    label="ch04_ex7", title="The offset-only part of a positional score",
     name="offset_only_part", reference=offset_only_part, points=3, kind="function",
     checks=[
         Check("the 4 x 4 matrix 1, 2, ..., 16 and a random 8 x 8 matrix", _hand_calls, seed=0,
