@@ -130,8 +130,9 @@ def build(root: Path, edition: str = "full", out: Optional[Path] = None, extra: 
         if not execute:
             config_data = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
             config_data.setdefault("execute", {})["execute_notebooks"] = "off"
-            out.mkdir(parents=True, exist_ok=True)
-            stored = out / "_config.stored-outputs.yml"
+            # Under _build, so a build into the checkout leaves no untracked file beside _config.yml.
+            (out / "_build").mkdir(parents=True, exist_ok=True)
+            stored = out / "_build" / "_config.stored-outputs.yml"
             stored.write_text(yaml.safe_dump(config_data, sort_keys=False), encoding="utf-8")
             extra = ("--config", str(stored), *extra)
     else:
