@@ -265,3 +265,12 @@ def test_long_code_lines_go_on_after_a_continuation_mark(course_pdf, page_texts,
     assert "".join([lines[0]] + [later[1:].strip() for later in lines[1:]]).replace(" ", "") == line.replace(" ", "")
     # and the course's own code: its long lines carry the mark in the PDF
     assert sum(text.count("\u21aa") for text in page_texts) == course_pdf[0]["wrapped"] > 0
+
+
+def test_wide_display_equations_are_drawn_to_fit_the_line(course_pdf):
+    """Paper cannot scroll: chapter 9's block update (three formulas on one line) is wider than the
+    printed line and was cut after its last plus sign; it is now drawn smaller, and nothing is left
+    wider than the line."""
+    info = course_pdf[0]
+    assert info["equations_too_wide"] == []
+    assert info["equations_scaled"] >= 1

@@ -308,7 +308,10 @@ def _pdf(args) -> int:
         return 2
     print(f"wrote {args.out} ({args.edition} edition): {info['pages']} pages ({info['contents_pages']} of contents), "
           f"{len(info['bookmarks'])} bookmarks with {info['sections']} sections under them, "
-          f"{info['links']['internal']} links inside the book, {info['wrapped']} code lines continued")
+          f"{info['links']['internal']} links inside the book, {info['wrapped']} code lines continued, "
+          f"{info['equations_scaled']} wide equations drawn smaller")
+    for text in info["equations_too_wide"]:
+        print(f"attention-course pdf: an equation is still wider than the page: {text}", file=sys.stderr)
     return 0
 
 

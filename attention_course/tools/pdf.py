@@ -37,6 +37,26 @@ _PREPARE = """async () => {
   }
   for (const t of document.querySelectorAll('.toggle-hidden')) t.classList.remove('toggle-hidden');
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  // Paper cannot scroll either: a display equation wider than the printed line is drawn smaller,
+  // down to MIN_FIT of its size (at 0.55 MathJax's glyphs are still about 70 % of the text's).
+  // The screen's rule (layout.css, --math-fit) stops at 0.75 and scrolls the rest; paper may not.
+  const MIN_FIT = 0.55;
+  let scaled = 0;
+  const tooWide = [];
+  for (const box of document.querySelectorAll('div.math')) {
+    const math = box.querySelector('mjx-container > mjx-math');
+    if (!math || !box.clientWidth) continue;
+    const room = box.clientWidth - 2;
+    const natural = math.getBoundingClientRect().width;
+    if (natural > room) {
+      const fit = Math.max(MIN_FIT, room / natural);
+      math.style.fontSize = (100 * fit).toFixed(1) + '%';
+      scaled += 1;
+    }
+    if (math.getBoundingClientRect().width > room + 1 || box.scrollWidth > box.clientWidth + 1) {
+      tooWide.push((box.textContent || '').replace(/\\s+/g, ' ').trim().slice(0, 60));
+    }
+  }
   // Paper cannot scroll: a code line longer than its block goes on in the next line, which starts
   // with a grey continuation mark (the window is as wide as the printed lines: LINE_WIDTH_PX).
   let wrapped = 0;
@@ -94,7 +114,7 @@ _PREPARE = """async () => {
       node.replaceWith(fragment);
     }
   }
-  return wrapped;
+  return {wrapped, scaled, tooWide};
 }"""
 
 
@@ -178,6 +198,7 @@ def make_pdf(root: Path, html_dir: Path, out: Path, edition: str = "full",
     book_title = "Attention mechanisms, with exercises" + (" (student edition)" if edition == "student" else "")
     margin = MARGIN
     wrapped = 0  # code lines continued on a new line
+    equations = {"scaled": 0, "too_wide": []}   # display equations drawn smaller to fit the line
     docs = []   # one per site page: path, title, its headings, its printed PDF, its anchors
     with sync_playwright() as p, tempfile.TemporaryDirectory() as scratch:
         browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
@@ -193,7 +214,10 @@ def make_pdf(root: Path, html_dir: Path, out: Path, edition: str = "full",
 
             for path in pages:
                 page.goto(path.resolve().as_uri(), wait_until="load")
-                wrapped += page.evaluate(_PREPARE)
+                prepared = page.evaluate(_PREPARE)
+                wrapped += prepared["wrapped"]
+                equations["scaled"] += prepared["scaled"]
+                equations["too_wide"] += [f"{path.name}: {text}" for text in prepared["tooWide"]]
                 headings = page.evaluate(_ANCHORS, anchors[path.resolve()])
                 title = page.title().split("\u2014")[0].split(" | ")[0].strip() or path.stem
                 data = page.pdf(format="A4", print_background=True, outline=False, margin=margin)
@@ -249,7 +273,8 @@ def make_pdf(root: Path, html_dir: Path, out: Path, edition: str = "full",
     with open(out, "wb") as f:
         writer.write(f)
     return {"pages": len(writer.pages), "bookmarks": bookmarks, "sections": sections, "links": links,
-            "contents_pages": toc_pages, "wrapped": wrapped}
+            "contents_pages": toc_pages, "wrapped": wrapped,
+            "equations_scaled": equations["scaled"], "equations_too_wide": equations["too_wide"]}
 
 
 def _entries(doc: dict) -> list:
