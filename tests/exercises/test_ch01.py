@@ -13,9 +13,10 @@ import math
 import pytest
 import torch
 
-from attention_course.checks.registry import all_exercises
+from attention_course.checks.registry import all_exercises, get_exercise
 
-from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere, statement
+from exercise_helpers import (BLAMING, ROOT, assert_mistake, check_named, failed_checks, mistake_hint,
+                              passes_everywhere, statement)
 
 
 # ------------------------------------------------------------- ch01_ex1: attention_pool
@@ -77,27 +78,66 @@ def test_ch01_ex3_differences_without_a_new_axis_get_the_new_axis_hint():
 
 # ------------------------------------------------------------- ch01_ex4: cued_weights
 
+def shift_over_every_key(queries, keys, salience, temperature=1.0, warned=None):
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    if (salience < 0).any() or (salience == 0).all():
+        raise ValueError("salience must be non-negative with a positive entry")
+    if warned is not None:
+        louder = salience.clone()
+        louder[warned] *= 5
+        moves = shift_over_every_key(queries, keys, louder, temperature) - \
+            shift_over_every_key(queries, keys, salience, temperature)
+        return int(moves.abs().sum(1).argmax())
+    scores = -((queries[:, None] - keys[None]) ** 2).sum(-1) / temperature
+    top = scores.max(dim=1, keepdim=True).values
+    weighted = salience * torch.exp(scores - top)
+    return weighted / weighted.sum(dim=1, keepdim=True)
+
+
 def test_ch01_ex4_shift_over_every_key_is_caught_in_public_with_its_hint():
     """The trap the statement warns about (issue 26): a max shift over all keys, switched-off ones
     included, turns the row of a query whose nearest key has salience 0 into 0/0. A public check
     catches it and names it."""
-    def shift_over_every_key(queries, keys, salience, temperature=1.0, warned=None):
-        if temperature <= 0:
-            raise ValueError("temperature must be positive")
-        if (salience < 0).any() or (salience == 0).all():
-            raise ValueError("salience must be non-negative with a positive entry")
-        if warned is not None:
-            louder = salience.clone()
-            louder[warned] *= 5
-            moves = shift_over_every_key(queries, keys, louder, temperature) - \
-                shift_over_every_key(queries, keys, salience, temperature)
-            return int(moves.abs().sum(1).argmax())
-        scores = -((queries[:, None] - keys[None]) ** 2).sum(-1) / temperature
-        top = scores.max(dim=1, keepdim=True).values
-        weighted = salience * torch.exp(scores - top)
-        return weighted / weighted.sum(dim=1, keepdim=True)
-
     assert_mistake("ch01_ex4", shift_over_every_key, "shifted by the maximum over every key")
+
+
+def exp_then_divide(queries, keys, salience, temperature=1.0, warned=None):
+    if warned is not None:
+        return shift_over_every_key(queries, keys, salience, temperature, warned)
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    if (salience < 0).any() or (salience == 0).all():
+        raise ValueError("salience must be non-negative with a positive entry")
+    weighted = salience * torch.exp(-torch.cdist(queries, keys) ** 2 / temperature)
+    return weighted / weighted.sum(dim=1, keepdim=True)
+
+
+def test_ch01_ex4_the_hidden_switched_off_check_names_the_shift_over_every_key():
+    """Solver finding: in the hidden check "the nearest key switched off ...", the shift over every key
+    got the hint of exp-then-divide (both gave 0/0 on its one call, and exp-then-divide is kept first).
+    The check now also has queries far from every key, where only exp-then-divide gives 0/0: each
+    answer gets its own mistake's hint there, at every grading seed."""
+    name = check_named("ch01_ex4", "the nearest key switched off and every other key far").name
+    for answer, mistake in ((shift_over_every_key, "shifted by the maximum over every key"),
+                            (exp_then_divide, "exp then divide (underflow)")):
+        for seed in (11, 2026, 7, 3):
+            failed = {r.check: r for r in failed_checks("ch01_ex4", answer, seed)}
+            assert name in failed, (answer.__name__, seed, list(failed))
+            assert failed[name].mistake == mistake and failed[name].hint == mistake_hint("ch01_ex4", mistake), \
+                (answer.__name__, seed, failed[name].mistake)
+
+
+def test_ch01_ex4_no_hint_states_the_combination_the_student_works_out():
+    """The student works out that salience enters the softmax's scores as its logarithm (so that the built-in
+    softmax and its max shift apply); no hint of a check or of a kept mistake may say so (as
+    test_ch02_ex5_no_statement_or_hint_prints_the_closed_form does for ch02_ex5's closed form)."""
+    exercise = get_exercise("ch01_ex4")
+    for hint in [c.hint for c in exercise.checks] + [m.hint for m in exercise.mistakes]:
+        flat = " ".join(hint.lower().split())
+        for formula in ("log(salience", "log salience", "log(s)", "logarithm of the salience", "log of the salience",
+                        "+ log", "log(sal"):
+            assert formula not in flat, (formula, hint)
 
 
 def _student_cued(queries, keys, salience, temperature=1.0):

@@ -119,10 +119,8 @@ def _cued_zero_calls(seed):
 def _cued_far_calls(seed):
     g = torch.Generator().manual_seed(seed)
     queries, keys, salience = _cued_inputs(g, 3, 5, 2)
-    # And the nearest key switched off (salience 0) with every other key some 400 squared
-    # units further: shifting by the largest distance score over ALL keys (the switched-off
-    # one included) underflows every key that can get weight, 0/0 (found by an
-    # independent solver: such answers passed every check before).
+    # And the nearest key switched off (salience 0), every other key some 400 squared units further: a shift
+    # by the largest score over ALL keys (the switched-off one included) underflows every key that can get weight.
     gap = 20.0 + 2.0 * torch.rand((), generator=g).item()
     near_off = (torch.zeros(1, 2), torch.tensor([[0.5, 0.0], [gap, 0.0], [0.0, -gap - 1.0]]),
                 torch.tensor([0.0, 1.0, 2.0]))
@@ -156,7 +154,8 @@ def _cued_switched_off_calls(seed):
 
 
 def _cued_off_calls(seed):
-    return _cued_far_calls(seed)[1:]
+    # Exp-then-divide gives NaN in both calls, a shift over every key in the first only: each its own hint.
+    return _cued_far_calls(seed)[::-1]
 
 
 def _cued_float64_calls(seed):
@@ -256,8 +255,8 @@ def _cued_mistake(transform, validate=True):
 
 
 mistakes.add("salience added to the scores",
-             "the salience was added to the scores; to multiply the weights by salience, add "
-             "log(salience) to the scores (or multiply after exponentiating).",
+             "the salience was added to the scores, and a term added before exponentiating multiplies each "
+             "weight by exp(salience), not by the salience; the contract multiplies it by the salience itself.",
              _cued_mistake(lambda sq, s, t: torch.softmax(-sq / t + s, dim=-1)))
 
 
@@ -268,8 +267,8 @@ mistakes.add("not renormalised after the salience",
 
 
 mistakes.add("temperature divides the salience too",
-             "the temperature divided log(salience) as well; it only scales the distance "
-             "term, so the salience keeps its effect at every temperature.",
+             "the temperature scaled the salience's part of the weights as well, so a salient key counts for "
+             "less as the temperature grows; the temperature divides the squared distance only.",
              _cued_mistake(lambda sq, s, t: torch.softmax((-sq + torch.log(s)) / t, dim=-1)))
 
 
@@ -284,8 +283,8 @@ def _cued_naive(sq, salience, temperature):
 
 
 mistakes.add("exp then divide (underflow)",
-             "exponentiating scores near -2e4 underflows to 0 and 0/0 gives NaN; shift the "
-             "scores by their row maximum (or use a built-in that does) before exponentiating.",
+             "exponentiating scores near -2e4 underflows to 0 and 0/0 gives NaN; shift each row's scores by "
+             "a maximum before exponentiating (or use a built-in that does), one that no key of salience 0 sets.",
              _cued_mistake(_cued_naive))
 
 
@@ -296,10 +295,9 @@ def _cued_shift_over_all_keys(sq, salience, temperature):
 
 
 mistakes.add("shifted by the maximum over every key",
-             "you shifted the scores by their maximum over every key, switched-off ones included: when the "
-             "nearest key has salience 0, every key that can get weight lies far below that maximum, its "
-             "exp underflows to 0 and the row becomes 0/0. Shift by the maximum over the keys of positive "
-             "salience (adding log(salience) to the scores first does this).",
+             "you shifted the scores by their maximum over every key, switched-off ones included: when the nearest "
+             "key has salience 0, every key that can get weight lies far below that maximum, its exp underflows "
+             "to 0 and the row becomes 0/0. The shift must come from the keys of positive salience.",
              _cued_mistake(_cued_shift_over_all_keys))
 
 
@@ -462,10 +460,12 @@ register(Exercise(
         Check("a salience of 0 switches a key off", _cued_zero_calls, seed=2,
               hint="two keys of this check have salience 0; the reason above says whether their columns or the "
                    "row sums differ."),
-        Check("the nearest key switched off and every other key far: finite weights (hidden)",
+        Check("the nearest key switched off and every other key far, then queries far from every key: "
+              "finite weights (hidden)",
               _cued_off_calls, seed=6, public=False, weight=0.5, compare=finite_then_close(1e-4, 1e-5),
-              hint="the key nearest to the query has salience 0 and the others are some 400 squared "
-                   "units further; every number you divide by must stay above 0."),
+              hint="in call 1 the key nearest to the query has salience 0 and the others are some 400 squared "
+                   "units further; in call 2 every key is about 140 units from the queries; every number you "
+                   "divide by must stay above 0."),
         Check("queries far from every key still give finite weights", _cued_far_only_calls, seed=3,
               compare=finite_then_close(1e-4, 1e-5),
               hint="the queries are about 140 units from every key, so the squared distances are "
