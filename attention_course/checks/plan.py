@@ -144,5 +144,6 @@ def name_for(exercise: Exercise, check: Check, calls: list, describe) -> str:
         inputs = inputs if len(inputs) <= 200 else inputs[:199] + "\u2026"
     except Exception:  # noqa: BLE001 - a name must never stop the checks
         inputs = ""
-    more = f" (call 1 of {len(calls)})" if len(calls) > 1 else ""
+    # Not "(call 1 of N)": the reason that follows numbers the failing call in those words.
+    more = f" (in the first of {len(calls)} calls)" if len(calls) > 1 else ""
     return f"as \u201c{check.name}\u201d, on fresh inputs of other sizes or settings{': ' + inputs + more if inputs else ''}"

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from attention_course import functional as F_att
-from attention_course.checks.registry import all_exercises
+from attention_course.checks.registry import all_exercises, get_exercise
 
-from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere
+from exercise_helpers import BLAMING, ROOT, assert_mistake, failed_checks, mistake_hint, passes_everywhere, statement
 
 
 # ------------------------------------------------------------- ch03_ex1: masked_softmax
@@ -116,6 +116,56 @@ def test_ch03_ex2_new_axes_swapped_get_the_unsqueeze_hint():
     assert "(batch, num_keys, num_queries)" in hint and "unsqueeze(2)" in hint
     assert_mistake("ch03_ex2", AdditiveAttention, "new axes of queries and keys swapped")
     assert len(failed_checks("ch03_ex2", AdditiveAttention)) == 3
+
+
+def test_ch03_ex2_the_statement_asks_for_the_gradients_that_the_hidden_check_compares():
+    """Solver finding: a hidden check compares gradients with respect to queries and keys, which the
+    statement did not ask for. The statement now names the very arguments the check differentiates, and
+    an answer that detaches them (right values) fails that check only, with the reason saying so."""
+    exercise = get_exercise("ch03_ex2")
+    hidden = next(c for c in exercise.checks if not c.public)
+    graded = {i for call in hidden.make_calls(hidden.seed) for i in call.grads_of}
+    assert graded == {0, 1}   # queries and keys: the forward's arguments 0 and 1
+    text = " ".join(statement("ch03_ex2").split())
+    assert "differentiable with respect to `queries` and `keys`" in text and "detach" in text
+
+    class AdditiveAttention(torch.nn.Module):
+        def __init__(self, query_size, key_size, num_hiddens):
+            super().__init__()
+            self.W_q = torch.nn.Linear(query_size, num_hiddens, bias=False)
+            self.W_k = torch.nn.Linear(key_size, num_hiddens, bias=False)
+            self.w_v = torch.nn.Linear(num_hiddens, 1, bias=False)
+
+        def forward(self, queries, keys, values, valid_lens=None):
+            queries, keys = queries.detach(), keys.detach()      # "the inputs are data, not parameters"
+            features = torch.tanh(self.W_q(queries).unsqueeze(2) + self.W_k(keys).unsqueeze(1))
+            weights = F_att.masked_softmax(self.w_v(features).squeeze(-1), valid_lens)
+            return weights @ values, weights
+
+    assert not failed_checks("ch03_ex2", AdditiveAttention)
+    for seed in (11, 2026):
+        failed = failed_checks("ch03_ex2", AdditiveAttention, seed)
+        assert [r.check for r in failed] == [hidden.name], (seed, [r.line() for r in failed])
+        assert "gradient" in failed[0].reason, failed[0].reason
+
+
+def test_ch03_ex6_thorough_lines_number_each_call_once():
+    """Solver finding: a thorough run named a check by its first call's inputs followed by "(call 1 of 12)"
+    and then the reason's own "call 6 of 12: ...", one line numbering calls twice. The name now says
+    which call its inputs are from in other words; the reason alone numbers the failing call."""
+    import contextlib
+    import io
+    import re
+
+    from attention_course.checks.checking import check
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check("ch03_ex6", lambda weights, grads, valid_lens: torch.zeros(1), thorough=True)
+    lines = [line for line in out.getvalue().splitlines() if "on fresh inputs of other sizes" in line]
+    assert lines, out.getvalue()
+    for line in lines:
+        assert len(re.findall(r"call \d+ of \d+", line)) <= 1, line
 
 
 # ------------------------------------------------------------- ch03_ex3: bilinear attention

@@ -15,6 +15,9 @@ Write a class `AdditiveAttention(nn.Module)`.
   a release that withholds the package's version runs your own `masked_softmax` when you
   call `attn.masked_softmax` in your own cells) and returns the tuple `(output, weights)`
   with shapes `(batch, num_queries, d_v)` and `(batch, num_queries, num_keys)`.
+- `output` must be differentiable with respect to `queries` and `keys`: a hidden check
+  compares the gradients of `output.sum()` with respect to them, so build it from them with
+  torch operations (no `detach`, `torch.no_grad` or round trip through NumPy on the way).
 
 The checks load given values into your parameters, so the order in which you create the
 layers does not matter, but their names do.
