@@ -154,7 +154,7 @@ def _compare_local(got, want, calls):
     at hidden queries past the last two keys), measured at under 10 eps32 * kappa. So row i of
     weights must agree within (_LOCAL_RTOL + 32 eps32 kappa_i) times its largest |weight|, and
     prediction i within that times sum_j |weight_ij value_j| (the size of the terms it sums),
-    plus _LOCAL_ATOL. The kept mistakes are off by 5% to 100% of the row's scale. Everything
+    plus _LOCAL_ATOL. Each kept mistake is off by over 100 times this somewhere. Everything
     else (types, dtypes, shapes, NaN, errors) is compared as usual."""
     from ...checks.checking import compare_outcome
     structure = Check("structure", lambda seed: [], hint="", rtol=0.0, atol=float("inf"))
