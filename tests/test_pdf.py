@@ -253,7 +253,7 @@ def test_long_code_lines_go_on_after_a_continuation_mark(course_pdf, page_texts,
         page.emulate_media(media="print")
         page.goto(html.as_uri())
         raw = PdfReader(io.BytesIO(page.pdf(format="A4", margin=MARGIN))).pages[0]
-        assert page.evaluate(_PREPARE) >= 2
+        assert page.evaluate(_PREPARE)["wrapped"] >= 2
         printed = PdfReader(io.BytesIO(page.pdf(format="A4", margin=MARGIN))).pages[0]
         browser.close()
     width = float(raw.mediabox.width)
