@@ -256,7 +256,9 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
             def to_heads(t):
                 if split == "no transpose":
                     return t.reshape(b, h, n, hd)
-                return t.reshape(b, n, h, hd).transpose(1, 2)
+                if split == "interleaved":   # head h gets every num_heads-th feature
+                    return t.reshape(b, n, hd, h).permute(0, 3, 1, 2)
+                return t.reshape(b, n, h, hd) if split == "heads not moved" else t.reshape(b, n, h, hd).transpose(1, 2)
 
             q, k, v = to_heads(self.W_query(x)), to_heads(self.W_key(x)), to_heads(self.W_value(x))
             v = self.dropout(v) if dropout_on == "values" else v
@@ -267,7 +269,7 @@ def _mha_variant(head_dim_is_d_out=False, split="correct", merge="correct", scal
                 scores = (q @ k.transpose(2, 3) / scale).masked_fill(self.mask.bool()[:n, :n], float("-inf"))
                 weights = torch.softmax(scores, dim=-1)
                 ctx = (self.dropout(weights) if dropout_on == "weights" else weights) @ v
-            if merge == "no transpose":
+            if merge == "no transpose" or split == "heads not moved":
                 ctx = ctx.reshape(b, n, h * hd)
             elif merge == "interleaved":
                 ctx = ctx.permute(0, 2, 3, 1).reshape(b, n, h * hd)
@@ -292,6 +294,12 @@ mistakes.add("view without transpose", "you reshaped the projections straight to
 mistakes.add("view without transpose, both ways", "you reshaped straight to (batch, heads, tokens, head_dim) and "
              "back: right shapes, but each head mixes features of different tokens; split the features, then swap the "
              "tokens and heads axes (and swap back before merging).", _mha_variant(split="no transpose", merge="no transpose"))
+mistakes.add("heads axis not moved", "you split the features into (batch, tokens, heads, head_dim) but left the heads "
+             "axis after the tokens, so the scores compare the heads of one token instead of the tokens of one head; "
+             "move the heads axis before the tokens axis.", _mha_variant(split="heads not moved"))
+mistakes.add("heads split feature by feature", "head h must own features h * head_dim ... (h + 1) * head_dim - 1 of "
+             "each projection; you split the feature axis as (head_dim, num_heads), giving head h every "
+             "num_heads-th feature.", _mha_variant(split="interleaved"))
 
 mistakes.add("merged without the transpose",
              "the heads were merged by reshaping (batch, heads, tokens, head_dim) straight to (batch, tokens, d_out): the "
@@ -306,8 +314,7 @@ mistakes.add("the layer's mask passed unchanged to F.scaled_dot_product_attentio
 
 mistakes.add("heads merged in the wrong order",
              "when merging, head h must fill features h * head_dim ... (h + 1) * head_dim - 1; you "
-             "interleaved the heads feature by feature.",
-             _mha_variant(merge="interleaved"))
+             "interleaved the heads feature by feature.", _mha_variant(merge="interleaved"))
 
 mistakes.add("scaled by sqrt(d_out)",
              "each head's scores are dot products of head_dim-sized vectors, so divide by the square root "
@@ -315,8 +322,7 @@ mistakes.add("scaled by sqrt(d_out)",
              _mha_variant(scale_by="d_out"))
 
 mistakes.add("out_proj not applied",
-             "the merged heads still have to go through the output projection out_proj.",
-             _mha_variant(use_out_proj=False))
+             "the merged heads still have to go through the output projection out_proj.", _mha_variant(use_out_proj=False))
 
 mistakes.add("no divisibility check",
              "when d_out is not a multiple of num_heads, raise ValueError in __init__ instead of failing "
