@@ -43,7 +43,7 @@ STUB = re.compile(r'raise NotImplementedError\("(ch\d\d_ex\d+): implement')
 # since ch07_ex3 became a beam search (issue 41), which no library piece answers.
 PRACTICE = {8: ["ch08_ex2", "ch08_ex3"]}
 # The chapter whose worked examples reach a piece its release withholds: the label its notes name.
-NOTED = {3: "ch03_ex\\d", 6: "ch06_ex2"}
+NOTED = {3: "ch03_ex\\d", 6: "ch06_ex1"}
 LATER = {4: "04_self_attention", 5: "05_causal_attention", 6: "06_multihead_attention", 7: "07_bahdanau",
          8: "08_transformer", 9: "09_attention_at_scale",
          10: "10_attention_today", 11: "11_triton_kernel"}

@@ -37,7 +37,7 @@ LIBRARY_ANSWERS = {
     "ch04_ex3": ("transformer.sinusoidal_encoding",),
     "ch05_ex1": ("transformer.causal_mask",),
     "ch05_ex3": ("multihead.CausalAttention",),
-    "ch06_ex2": ("multihead.MultiHeadAttention", "multihead.SDPAMultiHeadAttention"),
+    "ch06_ex1": ("multihead.MultiHeadAttention", "multihead.SDPAMultiHeadAttention"),
     "ch08_ex2": ("transformer.MaskedMultiHeadAttention",),
     "ch08_ex3": ("transformer.DecoderBlock",),
 }

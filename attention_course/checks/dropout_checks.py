@@ -251,7 +251,7 @@ def draw_calls(make_call: Callable, seeds: range, p: float, eval_seeds=(1, 2), p
 # out_proj's input; on the values, it makes the features of one head differ in scale.
 
 def multihead_placement(draws, call):
-    """How the training-mode draws of a multi-head layer (ch06_ex2) vary, on calls whose layer
+    """How the training-mode draws of a multi-head layer (ch06_ex1) vary, on calls whose layer
     has W_value's weight 0 (every value vector is its bias v) and an orthogonal out_proj with
     bias 0: 'weights' (head h's share of out_proj's input is a multiple of v_h in every draw),
     'output' (single output entries are 0), 'merged' (single features of out_proj's input are

@@ -84,7 +84,7 @@ def qkv_state(g, d_in, d_out, bias=False):
     """The weights (and with ``bias`` the biases) of W_query, W_key and W_value, each an
     ``nn.Linear(d_in, d_out)``, drawn from ``g`` in this order: weight * 0.6, bias * 0.3.
 
-    Used by ch05_ex3 (CausalAttention) and ch06_ex2 (MultiHeadAttention, whose ``_mha_state``
+    Used by ch05_ex3 (CausalAttention) and ch06_ex1 (MultiHeadAttention, whose ``_mha_state``
     draws out_proj's weight and bias after these). Chapter 4's ``_sa_state`` stays apart: it
     divides its weights by sqrt(d_in), and a division is not bitwise a multiplication, so
     sharing this would change the inputs of its checks.

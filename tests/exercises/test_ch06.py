@@ -9,19 +9,19 @@ solver's files); the shared helpers are in ``tests/exercise_helpers.py``.
 
 From issue 10, the findings of the independent chapter-6 solver "b":
 
-* ch06_ex2: dropout in the wrong place (on out_proj's output, on the merged heads, on the
+* ch06_ex1: dropout in the wrong place (on out_proj's output, on the merged heads, on the
   values) was accepted by every check; it now fails the check that sets every value vector
   equal, with a hint that says what the answer did; the causal-mask buffer's layout is not
   observable, and the contract now says so (an Annotated-Transformer buffer, True = may
   attend, and a (1, 1, ctx, ctx) buffer pass); the dropout check's hint no longer talks
   about dropout first when eval mode is wrong;
-* a float64 result (ex3, ex4) and a list instead of a tuple (ex4) are named as such,
+* a float64 result (ex2, ex3) and a list instead of a tuple (ex3) are named as such,
   not blamed on the layout, the scaling or the empty rows;
-* ex3's error message must name a faulty argument (as the contract says), not all three;
-* ex4 answers with another mistake than the empty rows no longer get the empty-row hint.
+* ex2's error message must name a faulty argument (as the contract says), not all three;
+* ex3 answers with another mistake than the empty rows no longer get the empty-row hint.
 
-(Numbered as the chapter is now: issue 40 merged the split and merge warm-ups into ch06_ex1 and
-added ch06_ex8, a head crafted by its weights.)
+(Numbered as the chapter is now: issue 40 merged the split and merge warm-ups into the layer,
+ch06_ex1, and added ch06_ex6, a head crafted by its weights.)
 """
 import json
 import math
@@ -38,38 +38,7 @@ from attention_course.checks.registry import get_exercise
 from exercise_helpers import ROOT, SEEDS, assert_mistake, failed_checks, mistake_hint, passes_everywhere
 
 
-# ------------------------------------------------------------------ ch06_ex1: the warm-up
-
-def test_ch06_ex1_a_valueerror_with_any_message_passes():
-    """A warm-up: the contract asks for a ValueError, not for its words."""
-    def split_heads(x, num_heads):
-        b, t, d = x.shape
-        if d % num_heads:
-            raise ValueError("no")
-        return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)
-    passes_everywhere("ch06_ex1", split_heads)
-
-
-def test_ch06_ex1_the_pages_shortcut_gets_its_hint():
-    """The chapter's own warning: a view straight to the final shape mixes tokens."""
-    def split_heads(x, num_heads):
-        b, t, d = x.shape
-        if d % num_heads:
-            raise ValueError(f"d_out={d}, num_heads={num_heads}")
-        return x.view(b, num_heads, t, d // num_heads)
-    assert_mistake("ch06_ex1", split_heads, "reshaped straight to (batch, heads, tokens, head_dim)")
-
-
-def test_ch06_ex1_a_reshape_that_raises_runtimeerror_fails_the_error_check():
-    def split_heads(x, num_heads):
-        b, t, d = x.shape
-        return x.reshape(b, t, num_heads, d // num_heads).permute(0, 2, 1, 3)
-    failures = failed_checks("ch06_ex1", split_heads)
-    assert [r.check for r in failures] == ["d_out not divisible by num_heads raises ValueError"]
-    assert failures[0].mistake == "no divisibility check"
-
-
-# ------------------------------------------------------------------ ch06_ex2: dropout placement
+# ------------------------------------------------------------------ ch06_ex1: dropout placement
 
 def _student_mha(where):
     class MultiHeadAttention(nn.Module):
@@ -121,8 +90,8 @@ def _asserting_mha():
     return MultiHeadAttention
 
 
-def test_ch06_ex2_an_assert_for_validation_fails_a_public_check_that_says_why():
-    failures = failed_checks("ch06_ex2", _asserting_mha())
+def test_ch06_ex1_an_assert_for_validation_fails_a_public_check_that_says_why():
+    failures = failed_checks("ch06_ex1", _asserting_mha())
     assert len(failures) == 1, [r.line() for r in failures]
     line = failures[0].line()
     assert "AssertionError" in line and "expected ValueError" in line, line
@@ -130,31 +99,31 @@ def test_ch06_ex2_an_assert_for_validation_fails_a_public_check_that_says_why():
     assert "d_out=10" in failures[0].check
 
 
-def test_ch06_ex2_the_assert_answer_is_refused_at_grading_too():
+def test_ch06_ex1_the_assert_answer_is_refused_at_grading_too():
     for seed in SEEDS:
-        assert failed_checks("ch06_ex2", _asserting_mha(), seed, first_failure=True), seed
+        assert failed_checks("ch06_ex1", _asserting_mha(), seed, first_failure=True), seed
 
 
-def test_ch06_ex3_student_dropout_on_the_weights_passes():
-    passes_everywhere("ch06_ex2", _student_mha("weights"))
+def test_ch06_ex2_student_dropout_on_the_weights_passes():
+    passes_everywhere("ch06_ex1", _student_mha("weights"))
 
 
 @pytest.mark.parametrize("where,mistake", [("output", "dropout on out_proj's output"),
                                            ("merged", "dropout on the merged heads"),
                                            ("values", "dropout on the values")])
-def test_ch06_ex3_dropout_in_the_wrong_place_is_caught_and_named(where, mistake):
-    failures = failed_checks("ch06_ex2", _student_mha(where))
+def test_ch06_ex2_dropout_in_the_wrong_place_is_caught_and_named(where, mistake):
+    failures = failed_checks("ch06_ex1", _student_mha(where))
     assert _PLACEMENT_CHECK in [r.check for r in failures], [r.line() for r in failures]
     for r in failures:
-        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex2", mistake), r.line()
+        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex1", mistake), r.line()
     for seed in SEEDS:
-        assert failed_checks("ch06_ex2", _student_mha(where), seed, first_failure=True), seed
+        assert failed_checks("ch06_ex1", _student_mha(where), seed, first_failure=True), seed
 
 
-def test_ch06_ex3_placement_check_accepts_reference_and_alternatives_over_8_seeds():
+def test_ch06_ex2_placement_check_accepts_reference_and_alternatives_over_8_seeds():
     """No false failure: the reference and every kept alternative, 8 seeds of the check (45 seeds
     were measured when the check was written, without a failure; 8 keep the suite short)."""
-    ex = get_exercise("ch06_ex2")
+    ex = get_exercise("ch06_ex1")
     check = next(c for c in ex.checks if c.name == _PLACEMENT_CHECK)
     impls = [ex.reference] + [a.impl for a in ex.alternatives] + [_student_mha("weights")]
     for seed in range(8):
@@ -212,11 +181,11 @@ class _FourDimBuffer(_AllowedTril):
 
 
 @pytest.mark.parametrize("cls", [_AllowedTril, _FourDimBuffer], ids=["tril allowed", "(1, 1, ctx, ctx)"])
-def test_ch06_ex3_mask_buffer_layout_is_free_as_the_contract_says(cls):
-    passes_everywhere("ch06_ex2", cls)
+def test_ch06_ex2_mask_buffer_layout_is_free_as_the_contract_says(cls):
+    passes_everywhere("ch06_ex1", cls)
 
 
-def test_ch06_ex3_eval_mode_wrong_gets_no_dropout_blame():
+def test_ch06_ex2_eval_mode_wrong_gets_no_dropout_blame():
     class MaskAfterSoftmax(_AllowedTril):
         def forward(self, x):
             b, t = x.shape[:2]
@@ -224,7 +193,7 @@ def test_ch06_ex3_eval_mode_wrong_gets_no_dropout_blame():
                        for lin in (self.W_query, self.W_key, self.W_value))
             w = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).softmax(-1) * self.mask[:t, :t]
             return self.out_proj((self.dropout(w) @ v).transpose(1, 2).reshape(b, t, -1))
-    failures = failed_checks("ch06_ex2", MaskAfterSoftmax)
+    failures = failed_checks("ch06_ex1", MaskAfterSoftmax)
     draws = [r for r in failures if r.check.startswith("training mode")]
     assert len(draws) == 2
     for r in draws:
@@ -232,7 +201,7 @@ def test_ch06_ex3_eval_mode_wrong_gets_no_dropout_blame():
         assert r.hint.startswith("this check first compares eval mode"), r.hint
 
 
-# ------------------------------------------------------------------ ch06_ex3: float64; messages
+# ------------------------------------------------------------------ ch06_ex2: float64; messages
 
 def _fuse64(query_weights, key_weights, value_weights):
     ws = (query_weights, key_weights, value_weights)
@@ -265,37 +234,37 @@ def _fuse_first_not_3d(query_weights, key_weights, value_weights):
 
 
 @pytest.mark.parametrize("obj", [_fuse_per_argument, _fuse_first_not_3d])
-def test_ch06_ex4_message_naming_the_faulty_argument_passes(obj):
-    passes_everywhere("ch06_ex3", obj)
+def test_ch06_ex3_message_naming_the_faulty_argument_passes(obj):
+    passes_everywhere("ch06_ex2", obj)
 
 
-def test_ch06_ex4_message_naming_the_wrong_argument_fails():
+def test_ch06_ex3_message_naming_the_wrong_argument_fails():
     def names_query_only(query_weights, key_weights, value_weights):
         ws = (query_weights, key_weights, value_weights)
         if any(w.dim() != 3 for w in ws) or len({w.shape for w in ws}) > 1:
             raise ValueError(f"the weights do not match query_weights {tuple(query_weights.shape)}")
         return torch.cat([w.flatten(0, 1) for w in ws])
     # The error check is public (issue 40, item 3) and graded at every hidden seed: it fails there, and only there.
-    for failures in (failed_checks("ch06_ex3", names_query_only),
-                     failed_checks("ch06_ex3", names_query_only, hidden_seed=SEEDS[0])):
+    for failures in (failed_checks("ch06_ex2", names_query_only),
+                     failed_checks("ch06_ex2", names_query_only, hidden_seed=SEEDS[0])):
         assert len(failures) == 1 and "should name 'value_weights'" in failures[0].reason, \
             [f.line() for f in failures]
         assert failures[0].mistake is None
 
 
-def test_ch06_ex4_an_answer_without_validation_fails_a_public_check_with_its_hint():
+def test_ch06_ex3_an_answer_without_validation_fails_a_public_check_with_its_hint():
     """Issue 40, item 3: the only public check took no bad input, so an answer that stacks whatever it
     gets passed every public check; the error check is public now, and such an answer fails it."""
     def stacks_anything(query_weights, key_weights, value_weights):
         return torch.cat([w.reshape(-1, w.shape[-1]) for w in (query_weights, key_weights, value_weights)])
-    assert_mistake("ch06_ex3", stacks_anything, "no shape check")
-    assert [r.check for r in failed_checks("ch06_ex3", stacks_anything)] == \
-        [c.name for c in get_exercise("ch06_ex3").public_checks if "raise" in c.name]
+    assert_mistake("ch06_ex2", stacks_anything, "no shape check")
+    assert [r.check for r in failed_checks("ch06_ex2", stacks_anything)] == \
+        [c.name for c in get_exercise("ch06_ex2").public_checks if "raise" in c.name]
     for seed in SEEDS:
-        assert failed_checks("ch06_ex3", stacks_anything, hidden_seed=seed)
+        assert failed_checks("ch06_ex2", stacks_anything, hidden_seed=seed)
 
 
-def test_ch06_ex4_result_built_in_float32_fails_the_float64_check_with_its_hint():
+def test_ch06_ex3_result_built_in_float32_fails_the_float64_check_with_its_hint():
     """The contract's 'same dtype as the arguments' is checked both ways: a float32 result for float64
     weights fails, named as such."""
     def into_float32(query_weights, key_weights, value_weights):
@@ -308,11 +277,11 @@ def test_ch06_ex4_result_built_in_float32_fails_the_float64_check_with_its_hint(
         for i, row in enumerate(rows):
             out[i] = row
         return out
-    assert_mistake("ch06_ex3", into_float32, "result always float32", must_not=("row order",))
-    assert [r.check for r in failed_checks("ch06_ex3", into_float32)] == ["float64 weights, 4 heads of size 3 from d_in=5"]
+    assert_mistake("ch06_ex2", into_float32, "result always float32", must_not=("row order",))
+    assert [r.check for r in failed_checks("ch06_ex2", into_float32)] == ["float64 weights, 4 heads of size 3 from d_in=5"]
 
 
-# ------------------------------------------------------------------ ch06_ex4: float64, a list; empty rows
+# ------------------------------------------------------------------ ch06_ex3: float64, a list; empty rows
 
 def _pm_core(queries, keys, values, mask):
     want = (queries.shape[1], queries.shape[2], keys.shape[2])
@@ -351,18 +320,18 @@ def _pm_one_mask(queries, keys, values, mask):
 
 @pytest.mark.parametrize("obj,mistake", [(_pm_scaled_by_dv, "scaled by sqrt(d_v)"),
                                          (_pm_one_mask, "head 0's mask for every head")])
-def test_ch06_ex5_other_mistakes_are_not_blamed_on_empty_rows(obj, mistake):
-    failures = failed_checks("ch06_ex4", obj)
+def test_ch06_ex4_other_mistakes_are_not_blamed_on_empty_rows(obj, mistake):
+    failures = failed_checks("ch06_ex3", obj)
     assert len(failures) == 2
     for r in failures:
-        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex4", mistake), r.line()
+        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex3", mistake), r.line()
 
 
-def test_ch06_ex5_unmatched_answer_gets_neutral_hints():
+def test_ch06_ex4_unmatched_answer_gets_neutral_hints():
     def scaled_by_dv_in_float64(queries, keys, values, mask):
         out, w = _pm_scaled_by_dv(queries.double(), keys.double(), values.double(), mask)
         return out, w
-    failures = failed_checks("ch06_ex4", scaled_by_dv_in_float64)
+    failures = failed_checks("ch06_ex3", scaled_by_dv_in_float64)
     assert len(failures) == 2
     for r in failures:
         assert r.mistake is None
@@ -372,9 +341,9 @@ def test_ch06_ex5_unmatched_answer_gets_neutral_hints():
 # ------------------------------------------------------------------ float64 results, ex3 / ex4
 
 @pytest.mark.parametrize("label,obj,mistake,must_not", [
-    ("ch06_ex3", _fuse64, "result in float64", ("row order", "query projection")),
-    ("ch06_ex4", _pm64, "results in float64", ("scal", "hidden", "NaN")),
-    ("ch06_ex4", _pm_list, "a list instead of a tuple", ("scal", "hidden", "NaN", "dtype")),
+    ("ch06_ex2", _fuse64, "result in float64", ("row order", "query projection")),
+    ("ch06_ex3", _pm64, "results in float64", ("scal", "hidden", "NaN")),
+    ("ch06_ex3", _pm_list, "a list instead of a tuple", ("scal", "hidden", "NaN", "dtype")),
 ])
 def test_ch06_dtype_and_container_are_named(label, obj, mistake, must_not):
     failures = failed_checks(label, obj)
@@ -385,13 +354,13 @@ def test_ch06_dtype_and_container_are_named(label, obj, mistake, must_not):
             assert words not in r.hint, (words, r.hint)
 
 
-@pytest.mark.parametrize("label", ["ch06_ex3", "ch06_ex4"])
+@pytest.mark.parametrize("label", ["ch06_ex2", "ch06_ex3"])
 def test_ch06_dtype_is_in_the_contracts_and_the_check_hints(label):
     main = get_exercise(label).checks[0]
     assert "dtype" in main.hint, (label, main.hint)
 
 
-# ------------------------------------------------------------------ ch06_ex5: Python ints; graded cases
+# ------------------------------------------------------------------ ch06_ex4: Python ints; graded cases
 
 def _student_cost(convert=int):
     """A correct answer written as a student would: the four linear layers listed, then the heads."""
@@ -430,8 +399,8 @@ class _BuiltCross(nn.Module):
 
 @pytest.mark.parametrize("sizes", [(2, 6, 10, 12, 8, 3, 5, True), (1, 4, 3, 6, 10, 2, 4, False),
                                    (3, 1, 9, 4, 6, 1, 7, True), (2, 5, 5, 8, 8, 4, 2, False),
-                                   (1, 7, 2, 5, 3, 2, 3, True)], ids=lambda s: "ch06_ex5-" + "-".join(map(str, s)))
-def test_ch06_ex5_reference_counts_what_a_built_layer_has_and_torchs_flop_counter_counts(sizes):
+                                   (1, 7, 2, 5, 3, 2, 3, True)], ids=lambda s: "ch06_ex4-" + "-".join(map(str, s)))
+def test_ch06_ex4_reference_counts_what_a_built_layer_has_and_torchs_flop_counter_counts(sizes):
     """The answer from the world: the layer built from the contract's words, its parameters counted by
     numel, its weights' entries read from a forward pass, its multiply-adds half of the FLOPs that
     torch.utils.flop_counter counts on that pass (real tensors, not the meta device)."""
@@ -442,13 +411,13 @@ def test_ch06_ex5_reference_counts_what_a_built_layer_has_and_torchs_flop_counte
         _, weights = layer(torch.randn(batch, nq, d_in), torch.randn(batch, nk, d_mem))
     counted = {"parameters": sum(p.numel() for p in layer.parameters()), "weights_elements": weights.numel(),
                "multiply_adds": counter.get_total_flops() // 2}
-    assert get_exercise("ch06_ex5").reference(*sizes) == counted
+    assert get_exercise("ch06_ex4").reference(*sizes) == counted
 
 
-def test_ch06_ex5_python_and_numpy_ints_pass():
+def test_ch06_ex4_python_and_numpy_ints_pass():
     import numpy as np
-    passes_everywhere("ch06_ex5", _student_cost())
-    passes_everywhere("ch06_ex5", _student_cost(np.int64))     # recorded as an int
+    passes_everywhere("ch06_ex4", _student_cost())
+    passes_everywhere("ch06_ex4", _student_cost(np.int64))     # recorded as an int
 
 
 def _true_division(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim, qkv_bias):
@@ -463,22 +432,22 @@ def _true_division(batch, num_queries, num_keys, d_in, d_memory, num_heads, head
 @pytest.mark.parametrize("obj,mistake,said", [
     (_true_division, "a count computed as a float", "float"),
     (_student_cost(torch.tensor), "counts left as tensors", "tensor"),
-], ids=["ch06_ex5-float", "ch06_ex5-tensor"])
-def test_ch06_ex5_a_float_or_a_tensor_count_fails_the_type_check_with_its_hint(obj, mistake, said):
+], ids=["ch06_ex4-float", "ch06_ex4-tensor"])
+def test_ch06_ex4_a_float_or_a_tensor_count_fails_the_type_check_with_its_hint(obj, mistake, said):
     """Issue 40, item 3: the contract asks for Python ints; a count of the right value as a float (a true
     division) or a 0-d tensor passes the value checks (one slip, one small loss); the type check refuses
     it, says what it got and names the mistake."""
-    failures = failed_checks("ch06_ex5", obj)
+    failures = failed_checks("ch06_ex4", obj)
     assert [r.check for r in failures] == [
         "every count is a Python int, not a float or a tensor (the first check's layers)"]
     assert said in failures[0].reason and "Python int" in failures[0].reason, failures[0].reason
-    assert failures[0].mistake == mistake and failures[0].hint == mistake_hint("ch06_ex5", mistake)
+    assert failures[0].mistake == mistake and failures[0].hint == mistake_hint("ch06_ex4", mistake)
     for seed in SEEDS:
-        assert [r.check for r in failed_checks("ch06_ex5", obj, hidden_seed=seed)] == [failures[0].check]
+        assert [r.check for r in failed_checks("ch06_ex4", obj, hidden_seed=seed)] == [failures[0].check]
 
 
-def test_ch06_ex5_whole_floats_everywhere_get_the_checks_own_hint():
-    failures = failed_checks("ch06_ex5", _student_cost(float))
+def test_ch06_ex4_whole_floats_everywhere_get_the_checks_own_hint():
+    failures = failed_checks("ch06_ex4", _student_cost(float))
     assert len(failures) == 1 and failures[0].mistake is None and "float" in failures[0].reason
     assert "Python int" in failures[0].hint
 
@@ -507,29 +476,29 @@ def _counting_slip(slip):
                                           ("kv over queries", "keys and values projected over the queries"),
                                           ("square", "square attention weights"),
                                           ("heads twice", "heads multiplied twice")],
-                         ids=lambda v: "ch06_ex5-" + v.replace(" ", "_"))
-def test_ch06_ex5_a_counting_slip_gets_the_hint_of_its_mistake(slip, mistake):
-    failures = failed_checks("ch06_ex5", _counting_slip(slip))
+                         ids=lambda v: "ch06_ex4-" + v.replace(" ", "_"))
+def test_ch06_ex4_a_counting_slip_gets_the_hint_of_its_mistake(slip, mistake):
+    failures = failed_checks("ch06_ex4", _counting_slip(slip))
     assert failures
     for r in failures:
-        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex5", mistake), r.line()
+        assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex4", mistake), r.line()
     for seed in SEEDS:
-        assert failed_checks("ch06_ex5", _counting_slip(slip), seed, first_failure=True), seed
+        assert failed_checks("ch06_ex4", _counting_slip(slip), seed, first_failure=True), seed
 
 
-def test_ch06_ex5_no_hint_states_a_count():
+def test_ch06_ex4_no_hint_states_a_count():
     """The hints name the slip; none gives a product of the sizes to type in."""
-    ex = get_exercise("ch06_ex5")
+    ex = get_exercise("ch06_ex4")
     for text in [m.hint for m in ex.mistakes] + [c.hint for c in ex.checks]:
         assert " * " not in text, text
 
 
-def test_ch06_ex5_graded_cases_keep_what_the_checks_promise():
+def test_ch06_ex4_graded_cases_keep_what_the_checks_promise():
     """Issue 38, item 4: each public check gives the printed case at its own seed, other sizes of the
     same kind at grading seeds: a cross-attention case keeps num_keys != num_queries, d_memory != d_in
     and num_heads * head_dim != d_in; the chapter's case keeps its memory equal to x."""
     from attention_course.checks.plan import hidden_seed
-    checks = get_exercise("ch06_ex5").checks
+    checks = get_exercise("ch06_ex4").checks
     assert checks[0].make_calls(checks[0].seed)[0].args == (2, 6, 10, 12, 8, 3, 5, True)
     for seed in (11, 2026, 7, 5):
         for i, c in enumerate(checks):
@@ -544,7 +513,7 @@ def test_ch06_ex5_graded_cases_keep_what_the_checks_promise():
                     assert nq != nk and d_in != d_mem and h * hd != d_in, call.args
 
 
-# ------------------------------------------------------------------ ch06_ex6: head_contributions
+# ------------------------------------------------------------------ ch06_ex5: head_contributions
 
 def _hand_layer():
     """Two heads of one feature each; queries all zero, so every head averages the values it sees."""
@@ -558,14 +527,14 @@ def _hand_layer():
     return layer
 
 
-def test_ch06_ex7_reference_on_a_hand_computed_layer():
+def test_ch06_ex6_reference_on_a_hand_computed_layer():
     """Tokens (3, 5) then (1, 1); every score is 0, so token 0 sees its own value (3, 5) and token 1
     the mean of both, (2, 3). Head 0 owns feature 0 and meets column 0 of out_proj's weight (1, 3);
     head 1 owns feature 1 and meets column 1 (2, 4). Worked by hand:
     head 0: 3 * (1, 3) = (3, 9) and 2 * (1, 3) = (2, 6); head 1: 5 * (2, 4) = (10, 20) and
     3 * (2, 4) = (6, 12). In training mode (dropout 0.5) the contributions are those of eval mode
     and the layer stays in training mode."""
-    reference = get_exercise("ch06_ex6").reference
+    reference = get_exercise("ch06_ex5").reference
     layer = _hand_layer().train()
     x = torch.tensor([[[3.0, 5.0], [1.0, 1.0]]])
     got = reference(layer, x)
@@ -575,13 +544,13 @@ def test_ch06_ex7_reference_on_a_hand_computed_layer():
     torch.testing.assert_close(got.sum(dim=1) + layer.out_proj.bias, layer.eval()(x))
 
 
-def test_ch06_ex7_reference_equals_the_layer_with_other_heads_values_zeroed():
+def test_ch06_ex6_reference_equals_the_layer_with_other_heads_values_zeroed():
     """An independent computation: head h's contribution is the eval-mode output of the layer whose
     value features outside head h are zero, minus out_proj's bias (3 heads of 2, biased projections)."""
     torch.manual_seed(3)
     layer = mh.MultiHeadAttention(4, 6, 8, dropout=0.5, num_heads=3, qkv_bias=True).train()
     x = torch.randn(2, 7, 4)
-    got = get_exercise("ch06_ex6").reference(layer, x)
+    got = get_exercise("ch06_ex5").reference(layer, x)
     assert got.shape == (2, 3, 7, 6) and layer.training
     for h in range(3):
         alone = mh.MultiHeadAttention(4, 6, 8, num_heads=3, qkv_bias=True).eval()
@@ -610,11 +579,11 @@ def _contributions_from_rows(layer, x):
     return torch.stack([context[:, h] @ w[h * hd:(h + 1) * hd] for h in range(layer.num_heads)], dim=1)
 
 
-def test_ch06_ex7_rows_of_out_proj_get_their_hint():
-    assert_mistake("ch06_ex6", _contributions_from_rows, "rows of out_proj.weight instead of columns")
+def test_ch06_ex6_rows_of_out_proj_get_their_hint():
+    assert_mistake("ch06_ex5", _contributions_from_rows, "rows of out_proj.weight instead of columns")
 
 
-def test_ch06_ex7_layer_left_in_eval_mode_gets_its_hint():
+def test_ch06_ex6_layer_left_in_eval_mode_gets_its_hint():
     """Right values through the layer's own weights, but layer.eval() is never undone."""
     def left_in_eval(layer, x):
         if x.dim() != 3 or x.shape[-1] != layer.W_query.in_features:
@@ -626,15 +595,15 @@ def test_ch06_ex7_layer_left_in_eval_mode_gets_its_hint():
         blocks = layer.out_proj.weight.T.reshape(layer.num_heads, layer.head_dim, -1)
         return (weights @ values) @ blocks
 
-    failures = failed_checks("ch06_ex6", left_in_eval)
-    assert [r.check for r in failures] == [get_exercise("ch06_ex6").checks[1].name]
-    assert_mistake("ch06_ex6", left_in_eval, "layer left in evaluation mode")
+    failures = failed_checks("ch06_ex5", left_in_eval)
+    assert [r.check for r in failures] == [get_exercise("ch06_ex5").checks[1].name]
+    assert_mistake("ch06_ex5", left_in_eval, "layer left in evaluation mode")
 
 
-def test_ch06_ex7_open_question_has_a_reference_answer_in_its_solution_block():
+def test_ch06_ex6_open_question_has_a_reference_answer_in_its_solution_block():
     cells = json.loads((ROOT / "solutions" / "06_multihead_attention.ipynb").read_text())["cells"]
     text = ["".join(c["source"]) for c in cells]
-    start = next(i for i, t in enumerate(text) if "{solution-start} ch06_ex6" in t)
+    start = next(i for i, t in enumerate(text) if "{solution-start} ch06_ex5" in t)
     end = next(i for i in range(start, len(cells)) if "{solution-end}" in text[i])
     answers = [i for i in range(start, end) if cells[i]["cell_type"] == "markdown"
                and "solution-only" in cells[i]["metadata"].get("tags", [])]
@@ -643,7 +612,7 @@ def test_ch06_ex7_open_question_has_a_reference_answer_in_its_solution_block():
     assert text[answers[0]].splitlines()[0][:60] not in student
 
 
-# ------------------------------------------------------------------ ch06_ex2: issue 26's mistakes
+# ------------------------------------------------------------------ ch06_ex1: issue 26's mistakes
 
 class _SDPAWithLayerMask(nn.Module):
     """A student's layer that hands its mask buffer (True = hidden) to SDPA as it is."""
@@ -671,13 +640,13 @@ class _SDPAWithLayerMask(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
-def test_ch06_ex3_layer_mask_given_unchanged_to_sdpa_gets_its_hint():
+def test_ch06_ex2_layer_mask_given_unchanged_to_sdpa_gets_its_hint():
     """Issue 26: SDPA reads a boolean attn_mask as True = may attend, the opposite of the buffer."""
-    assert_mistake("ch06_ex2", _SDPAWithLayerMask,
+    assert_mistake("ch06_ex1", _SDPAWithLayerMask,
                    "the layer's mask passed unchanged to F.scaled_dot_product_attention")
 
 
-def test_ch06_ex5_the_course_mask_passed_to_sdpa_unchanged_is_named():
+def test_ch06_ex4_the_course_mask_passed_to_sdpa_unchanged_is_named():
     """Issue 26 (item 6): SDPA's boolean attn_mask keeps the keys marked True, the course's masks
     hide them; an answer that hands its mask over unchanged gets the hint that says so."""
     import torch.nn.functional as F
@@ -689,11 +658,11 @@ def test_ch06_ex5_the_course_mask_passed_to_sdpa_unchanged_is_named():
         weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1).nan_to_num(0.0)
         return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask), weights
 
-    assert_mistake("ch06_ex4", sdpa_with_course_mask,
+    assert_mistake("ch06_ex3", sdpa_with_course_mask,
                    "the course's mask passed unchanged to F.scaled_dot_product_attention")
 
 
-# ------------------------------------------------------------------ ch06_ex7: sdpa_masks
+# ------------------------------------------------------------------ ch06_ex6: sdpa_masks
 
 def _course_attention(q, k, v, mask):
     """The course's masked attention, by hand: hidden scores to -inf, softmax over the keys."""
@@ -703,11 +672,11 @@ def _course_attention(q, k, v, mask):
 
 
 def _ex7_calls(seeds=(0, 1, 2, 3, 11, 2026, 7)):
-    ex = get_exercise("ch06_ex7")
+    ex = get_exercise("ch06_ex6")
     return [call for check in ex.checks for seed in seeds for call in check.make_calls(seed)]
 
 
-def test_ch06_ex7_check_masks_broadcast_and_every_query_sees_a_key():
+def test_ch06_ex6_check_masks_broadcast_and_every_query_sees_a_key():
     """The contract promises masks of at most two leading axes that broadcast over (batch,
     num_heads), and no query whose keys are all hidden (SDPA and the course would have to agree
     on such a row, which the contract leaves out)."""
@@ -728,7 +697,7 @@ def _masks_by_hand(mask, dtype):
     return visible, additive
 
 
-def test_ch06_ex7_a_hand_written_answer_gives_the_course_attention_through_sdpa():
+def test_ch06_ex6_a_hand_written_answer_gives_the_course_attention_through_sdpa():
     """What the checks stand for, computed apart from them: SDPA with a correct pair of masks
     equals the course's masked attention, scores in the tens of thousands included; and the
     same answer passes every check."""
@@ -748,7 +717,7 @@ def test_ch06_ex7_a_hand_written_answer_gives_the_course_attention_through_sdpa(
         for attn_mask in _masks_by_hand(mask, dtype):
             got = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    passes_everywhere("ch06_ex7", _masks_by_hand)
+    passes_everywhere("ch06_ex6", _masks_by_hand)
 
 
 def _ex7_not_inverted(mask, dtype):
@@ -783,18 +752,18 @@ def _ex7_times_inf(mask, dtype):
     (_ex7_additive_inverted, "additive mask inverted"),
     (_ex7_times_inf, "mask times -inf, NaN left in"),
 ], ids=["not_inverted", "minus_1e4", "one_zero", "float32", "additive_inverted", "times_inf"])
-def test_ch06_ex7_each_mask_mistake_gets_its_own_hint(obj, mistake):
-    assert_mistake("ch06_ex7", obj, mistake)
+def test_ch06_ex6_each_mask_mistake_gets_its_own_hint(obj, mistake):
+    assert_mistake("ch06_ex6", obj, mistake)
 
 
-def test_ch06_ex7_minus_1e4_passes_at_ordinary_scores_and_fails_at_large_ones():
+def test_ch06_ex6_minus_1e4_passes_at_ordinary_scores_and_fails_at_large_ones():
     """A finite fill leaks only once scores reach its size: every public check uses scores that large
     (float16's at its extremes)."""
-    failed = failed_checks("ch06_ex7", _ex7_minus_1e4)
-    assert {r.check for r in failed} == {c.name for c in get_exercise("ch06_ex7").checks if c.public}
+    failed = failed_checks("ch06_ex6", _ex7_minus_1e4)
+    assert {r.check for r in failed} == {c.name for c in get_exercise("ch06_ex6").checks if c.public}
 
 
-def test_ch06_ex7_the_dtypes_smallest_float_fails_in_float16_with_its_hint():
+def test_ch06_ex6_the_dtypes_smallest_float_fails_in_float16_with_its_hint():
     """torch.finfo(dtype).min (Hugging Face's fill) looked safe and passed every check; a blind solver
     showed SDPA in float16 giving a hidden key the weight (mask [[False, True]], q = 1, keys -30,000 and
     40,000: output 5.0 instead of 1.0). The contract says exactly zero however large the score, so the
@@ -805,9 +774,9 @@ def test_ch06_ex7_the_dtypes_smallest_float_fails_in_float16_with_its_hint():
                torch.tensor([[[[1.0], [5.0]]]], dtype=torch.float16))
     leaked = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=finfo_min(torch.tensor([[False, True]]), torch.float16)[1])
     assert float(leaked) == 5.0  # the hidden key won: the fill is not enough here
-    failed = failed_checks("ch06_ex7", finfo_min)
+    failed = failed_checks("ch06_ex6", finfo_min)
     assert failed and all("float16" in r.check for r in failed), [r.line() for r in failed]
-    assert_mistake("ch06_ex7", finfo_min, "the dtype's smallest number for hidden keys")
+    assert_mistake("ch06_ex6", finfo_min, "the dtype's smallest number for hidden keys")
 
 
 @pytest.mark.parametrize("obj", [
@@ -817,19 +786,19 @@ def test_ch06_ex7_the_dtypes_smallest_float_fails_in_float16_with_its_hint():
                          torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, -math.inf)
                          .expand(2, 2, *mask.shape[-2:])),
 ], ids=["a_list", "bool_mask_as_floats", "masks_expanded_to_batch_and_heads"])
-def test_ch06_ex7_loopholes_fail(obj):
+def test_ch06_ex6_loopholes_fail(obj):
     """A list, a floating bool_mask (SDPA would add it) and masks not of mask's shape break the
     contract, even where SDPA's output could agree."""
-    assert failed_checks("ch06_ex7", obj)
+    assert failed_checks("ch06_ex6", obj)
 
 
-def test_ch06_ex7_contract_makes_fully_hidden_rows_explicit():
+def test_ch06_ex6_contract_makes_fully_hidden_rows_explicit():
     from exercise_helpers import statement
-    text = " ".join(statement("ch06_ex7").split())
+    text = " ".join(statement("ch06_ex6").split())
     assert "the checks pass no query whose keys are all hidden" in text
 
 
-# ------------------------------------------------------------------ ch06_ex8: a head crafted by its weights
+# ------------------------------------------------------------------ ch06_ex7: a head crafted by its weights
 
 def _ex8_layer_weights(W_query, W_key, tokens, vocab_size, context_length):
     """The attention weights of the chapter's own one-head layer, W_query and W_key loaded."""
@@ -855,7 +824,7 @@ def _ex8_by_keys(vocab_size, context_length, head_dim):
     return W_query, W_key
 
 
-def test_ch06_ex8_an_answer_passes_in_the_chapters_own_layer_and_in_the_checks():
+def test_ch06_ex7_an_answer_passes_in_the_chapters_own_layer_and_in_the_checks():
     """The contract read through mh.MultiHeadAttention, by hand, on sequences the checks may not use."""
     for V, C, hd, tokens in [(5, 6, 12, [0, 1, 2, 3, 0, 4]), (3, 9, 13, [2, 2, 1, 0, 1, 2, 0, 0, 1]),
                              (2, 16, 19, [1] * 15 + [0])]:
@@ -863,11 +832,11 @@ def test_ch06_ex8_an_answer_passes_in_the_chapters_own_layer_and_in_the_checks()
         for p, t in enumerate(tokens):
             earlier = [j for j in range(p) if tokens[j] == t]
             assert weights[p, earlier or [p]].sum() > 0.99, (tokens, p)
-    passes_everywhere("ch06_ex8", _ex8_by_keys)
+    passes_everywhere("ch06_ex7", _ex8_by_keys)
 
 
-def test_ch06_ex8_the_checks_attention_is_the_layers():
-    from attention_course.exercises.ch06.ex8_earlier_copy_head import _attention
+def test_ch06_ex7_the_checks_attention_is_the_layers():
+    from attention_course.exercises.ch06.ex7_earlier_copy_head import _attention
     g = torch.Generator().manual_seed(0)
     for V, C, hd in [(5, 6, 12), (2, 16, 20), (8, 3, 14)]:
         W_query, W_key = torch.randn(hd, V + C, generator=g), torch.randn(hd, V + C, generator=g)
@@ -914,10 +883,10 @@ def _ex8_penalty_as_large_as_the_match(V, C, hd):
     (_ex8_x_at_w, "weights as (d_in, head_dim) for x @ W"),
     (_ex8_penalty_as_large_as_the_match, "the self penalty cancels the match"),
 ])
-def test_ch06_ex8_each_hand_written_mistake_gets_its_hint(obj, mistake):
-    assert_mistake("ch06_ex8", obj, mistake)
+def test_ch06_ex7_each_hand_written_mistake_gets_its_hint(obj, mistake):
+    assert_mistake("ch06_ex7", obj, mistake)
     for seed in SEEDS[:2]:
-        assert failed_checks("ch06_ex8", obj, hidden_seed=seed), seed
+        assert failed_checks("ch06_ex7", obj, hidden_seed=seed), seed
 
 
 def _ex8_previous_token(V, C, hd):
@@ -939,12 +908,12 @@ def _ex8_as_a_list(V, C, hd):
 
 @pytest.mark.parametrize("obj", [_ex8_previous_token, _ex8_fixed_small_scale, _ex8_as_a_list],
                          ids=["previous_token_head", "scale_for_the_pages_six_tokens", "a_list"])
-def test_ch06_ex8_loopholes_fail(obj):
+def test_ch06_ex7_loopholes_fail(obj):
     """A previous-token head (the page's other crafted rule), a scale that suffices for the page's six
     tokens but not for sixteen, and a list where the contract says a tuple fail a public check."""
-    assert failed_checks("ch06_ex8", obj)
+    assert failed_checks("ch06_ex7", obj)
 
 
-def test_ch06_ex8_a_scale_for_six_tokens_passes_the_chapters_case_and_fails_the_long_one():
-    assert [r.check for r in failed_checks("ch06_ex8", _ex8_fixed_small_scale)] == \
+def test_ch06_ex7_a_scale_for_six_tokens_passes_the_chapters_case_and_fails_the_long_one():
+    assert [r.check for r in failed_checks("ch06_ex7", _ex8_fixed_small_scale)] == \
         ["2 words over 16 positions, head_dim 20"]

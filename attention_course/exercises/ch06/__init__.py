@@ -1,20 +1,19 @@
 """Chapter 6 exercises: multi-head attention.
 
-ch06_ex1  split_heads(x, num_heads)    (batch, tokens, d_out) -> (batch, heads, tokens, head_dim)
-          (a short warm-up on the printed reshape: RETYPE, 1 point; merging back is in ex2)
-ch06_ex2  MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
-          (assembles the chapter's printed layer: RETYPE, 2 points)
-ch06_ex3  fuse_head_weights(query_weights, key_weights, value_weights) -> in_proj_weight
-ch06_ex4  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
-ch06_ex5  attention_layer_cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim,
+ch06_ex1  MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
+          (the warm-up: assembles the chapter's printed layer, splitting and merging the heads; RETYPE,
+          2 points)
+ch06_ex2  fuse_head_weights(query_weights, key_weights, value_weights) -> in_proj_weight
+ch06_ex3  per_head_masked_attention(queries, keys, values, mask) -> (output, weights)
+ch06_ex4  attention_layer_cost(batch, num_queries, num_keys, d_in, d_memory, num_heads, head_dim,
           qkv_bias) -> dict of ints: parameters, entries of the attention weights and multiply-adds of a
           cross-attention layer whose heads are not cut from d_in (a case the page never builds; TRANSFER)
-ch06_ex6  head_contributions(layer, x) -> (batch, num_heads, num_tokens, d_out): each head's context
+ch06_ex5  head_contributions(layer, x) -> (batch, num_heads, num_tokens, d_out): each head's context
           through its column block of out_proj.weight, no bias, eval mode; they sum to layer(x) minus
           the bias (attribution to heads; TRANSFER, with an open question)
-ch06_ex7  sdpa_masks(mask, dtype) -> (bool_mask, additive_mask): the course's mask in both of SDPA's
+ch06_ex6  sdpa_masks(mask, dtype) -> (bool_mask, additive_mask): the course's mask in both of SDPA's
           forms, checked through SDPA (TRANSFER)
-ch06_ex8  earlier_copy_head(vocab_size, context_length, head_dim) -> (W_query, W_key): a head crafted
+ch06_ex7  earlier_copy_head(vocab_size, context_length, head_dim) -> (W_query, W_key): a head crafted
           by its weights that attends to the earlier copies of its token, or to itself at a first
           occurrence, checked by behaviour on drawn sequences (TRANSFER: the page crafts a
           same-word head that also attends to itself, and never says how large the weights must be)
@@ -24,8 +23,8 @@ Conventions fixed by this chapter (stated in each exercise's contract):
 * Feature ``h * head_dim + i`` of a ``d_out``-wide projection belongs to head ``h``
   (``head_dim = d_out // num_heads``), the layout of ``nn.MultiheadAttention`` and of
   :mod:`attention_course.multihead`.
-* ``d_out`` not divisible by ``num_heads`` is a ``ValueError``; in the layer (ex2) its message
-  names ``d_out`` and ``num_heads`` and gives their values (the warm-up ex1 takes any message).
+* ``d_out`` not divisible by ``num_heads`` is a ``ValueError``; in the layer (ex1) its message
+  names ``d_out`` and ``num_heads`` and gives their values.
 * A boolean mask is ``True`` where a query must **not** attend to a key (Chapter 5);
   a query that sees no key at all gets all-zero weights and a zero output (Chapter 3).
 * ``MultiHeadAttention`` keeps its causal mask as a non-persistent buffer ``mask``;
@@ -44,12 +43,11 @@ inputs of the checks, the kept mistakes (each with its hint), the kept alternati
 the registration. Helpers shared by the chapter's exercises are in ``_common.py``.
 """
 from . import (  # noqa: F401  (importing an exercise module registers it)
-    ex1_split_heads,
-    ex2_multi_head_attention,
-    ex3_fuse_head_weights,
-    ex4_per_head_masked_attention,
-    ex5_attention_layer_cost,
-    ex6_head_contributions,
-    ex7_sdpa_masks,
-    ex8_earlier_copy_head,
+    ex1_multi_head_attention,
+    ex2_fuse_head_weights,
+    ex3_per_head_masked_attention,
+    ex4_attention_layer_cost,
+    ex5_head_contributions,
+    ex6_sdpa_masks,
+    ex7_earlier_copy_head,
 )

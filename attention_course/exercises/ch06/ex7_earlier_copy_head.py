@@ -1,4 +1,4 @@
-r"""ch06_ex8: A head that finds earlier copies of its token.
+r"""ch06_ex7: A head that finds earlier copies of its token.
 
 Set the weights of one head by hand, as the section on what the heads attend to does, for a rule
 that section does not build. A sequence of `n` tokens with ids `t_0, ..., t_(n-1)` in
@@ -315,7 +315,7 @@ def _ech_alt_fixed(vocab_size, context_length, head_dim):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch06_ex8", title="A head that finds earlier copies of its token", name="earlier_copy_head",
+    label="ch06_ex7", title="A head that finds earlier copies of its token", name="earlier_copy_head",
     reference=earlier_copy_head, points=2,
     checks=[
         Check("the chapter's layout: 5 words, 6 positions, head_dim 12", _chapter_calls,

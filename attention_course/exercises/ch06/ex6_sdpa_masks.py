@@ -1,4 +1,4 @@
-r"""ch06_ex7: Our masks in both of SDPA's forms.
+r"""ch06_ex6: Our masks in both of SDPA's forms.
 
 This course's boolean masks are `True` where a query must **not** attend to a key.
 `F.scaled_dot_product_attention` reads a boolean `attn_mask` the other way round, and it also
@@ -298,7 +298,7 @@ def _sm_alt_index(mask, dtype):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch06_ex7", title="Our masks in both of SDPA's forms", name="sdpa_masks",
+    label="ch06_ex6", title="Our masks in both of SDPA's forms", name="sdpa_masks",
     reference=sdpa_masks, points=2,
     checks=[
         Check("a causal (5, 5) mask shared by every sequence and head, float32", _shared_calls,

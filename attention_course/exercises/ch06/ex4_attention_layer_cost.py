@@ -1,4 +1,4 @@
-r"""ch06_ex5: What a cross-attention layer with free head widths costs.
+r"""ch06_ex4: What a cross-attention layer with free head widths costs.
 
 This chapter's layer cuts `d_out` into `num_heads` heads and attends from a sequence to itself. Here
 both choices are undone. The layer attends from queries `x` of shape `(batch, num_queries, d_in)`
@@ -292,7 +292,7 @@ _HINT = ("this check compares the three counts exactly (Python ints); the reason
          "reads, and how wide each one is) and add them up.")
 
 register(Exercise(
-    label="ch06_ex5", title="What a cross-attention layer with free head widths costs",
+    label="ch06_ex4", title="What a cross-attention layer with free head widths costs",
     name="attention_layer_cost", reference=attention_layer_cost, points=2,
     checks=[
         Check("cross-attention: 6 queries (d_in 12) over 10 memory tokens (d_memory 8), 3 heads of 5, biases; "

@@ -1,4 +1,4 @@
-"""ch06_ex4: A different mask for every head.
+"""ch06_ex3: A different mask for every head.
 
 Heads need not share one mask: one head may see the whole past while another is restricted to a
 local window. Write `per_head_masked_attention(queries, keys, values, mask)` with `queries` of
@@ -258,7 +258,7 @@ def _pm_alt_loops(queries, keys, values, mask):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch06_ex4", title="A different mask for every head", name="per_head_masked_attention",
+    label="ch06_ex3", title="A different mask for every head", name="per_head_masked_attention",
     reference=per_head_masked_attention, points=2,
     checks=[
         Check("2 heads: one causal, one that sees only the current and the previous token", _pm_main_calls,

@@ -1,4 +1,4 @@
-"""ch06_ex3: From per-head weights to one fused projection.
+"""ch06_ex2: From per-head weights to one fused projection.
 
 A wrapper with `num_heads` heads stores, for each head `h`, a query weight of shape
 `(head_dim, d_in)` (an `nn.Linear` layout), and likewise for keys and values. Write
@@ -218,7 +218,7 @@ def _fuse_alt_stack(query_weights, key_weights, value_weights):
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch06_ex3", title="From per-head weights to one fused projection", name="fuse_head_weights",
+    label="ch06_ex2", title="From per-head weights to one fused projection", name="fuse_head_weights",
     reference=fuse_head_weights, points=1,
     checks=[
         Check("3 heads of size 2 from d_in=4", _fuse_main_calls, hint=_FUSE_HINT),

@@ -1,4 +1,4 @@
-r"""ch06_ex6: What each head adds to the output.
+r"""ch06_ex5: What each head adds to the output.
 
 The layer merges its heads and then applies one output projection. That projection is linear,
 so its output splits into one term per head plus the bias: the term of head $h$ is head $h$'s
@@ -292,7 +292,7 @@ _HINT = ("this check builds an mh.MultiHeadAttention with given weights and comp
          "layer with every other head's value features set to zero, minus out_proj's bias.")
 
 register(Exercise(
-    label="ch06_ex6", title="What each head adds to the output",
+    label="ch06_ex5", title="What each head adds to the output",
     name="head_contributions", reference=head_contributions, points=3, kind="function",
     checks=[
         Check("3 heads of 2 (d_in=4, d_out=6), eval mode, 2 sequences of 5 tokens", _main_calls, hint=_HINT),

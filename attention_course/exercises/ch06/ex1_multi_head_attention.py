@@ -1,4 +1,4 @@
-r"""ch06_ex2: The efficient multi-head attention layer.
+r"""ch06_ex1: The efficient multi-head attention layer.
 
 Write a class `MultiHeadAttention(nn.Module)` with constructor
 `MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)`. Raise
@@ -468,7 +468,7 @@ alternatives.add("the course library's multihead.SDPAMultiHeadAttention",
 # Registration -----------------------------------------------------------------------------
 
 register(Exercise(
-    label="ch06_ex2", title="The efficient multi-head attention layer", name="MultiHeadAttention",
+    label="ch06_ex1", title="The efficient multi-head attention layer", name="MultiHeadAttention",
     reference=MultiHeadAttention, points=2, kind="class",
     checks=[
         Check("3 heads of 2 (d_in=4, d_out=6), 2 sequences of 5 tokens, eval mode (parameters, buffer)",
