@@ -104,14 +104,14 @@ def test_ch06_ex1_the_assert_answer_is_refused_at_grading_too():
         assert failed_checks("ch06_ex1", _asserting_mha(), seed, first_failure=True), seed
 
 
-def test_ch06_ex2_student_dropout_on_the_weights_passes():
+def test_ch06_ex1_student_dropout_on_the_weights_passes():
     passes_everywhere("ch06_ex1", _student_mha("weights"))
 
 
 @pytest.mark.parametrize("where,mistake", [("output", "dropout on out_proj's output"),
                                            ("merged", "dropout on the merged heads"),
                                            ("values", "dropout on the values")])
-def test_ch06_ex2_dropout_in_the_wrong_place_is_caught_and_named(where, mistake):
+def test_ch06_ex1_dropout_in_the_wrong_place_is_caught_and_named(where, mistake):
     failures = failed_checks("ch06_ex1", _student_mha(where))
     assert _PLACEMENT_CHECK in [r.check for r in failures], [r.line() for r in failures]
     for r in failures:
@@ -120,7 +120,7 @@ def test_ch06_ex2_dropout_in_the_wrong_place_is_caught_and_named(where, mistake)
         assert failed_checks("ch06_ex1", _student_mha(where), seed, first_failure=True), seed
 
 
-def test_ch06_ex2_placement_check_accepts_reference_and_alternatives_over_8_seeds():
+def test_ch06_ex1_placement_check_accepts_reference_and_alternatives_over_8_seeds():
     """No false failure: the reference and every kept alternative, 8 seeds of the check (45 seeds
     were measured when the check was written, without a failure; 8 keep the suite short)."""
     ex = get_exercise("ch06_ex1")
@@ -181,11 +181,11 @@ class _FourDimBuffer(_AllowedTril):
 
 
 @pytest.mark.parametrize("cls", [_AllowedTril, _FourDimBuffer], ids=["tril allowed", "(1, 1, ctx, ctx)"])
-def test_ch06_ex2_mask_buffer_layout_is_free_as_the_contract_says(cls):
+def test_ch06_ex1_mask_buffer_layout_is_free_as_the_contract_says(cls):
     passes_everywhere("ch06_ex1", cls)
 
 
-def test_ch06_ex2_eval_mode_wrong_gets_no_dropout_blame():
+def test_ch06_ex1_eval_mode_wrong_gets_no_dropout_blame():
     class MaskAfterSoftmax(_AllowedTril):
         def forward(self, x):
             b, t = x.shape[:2]
@@ -234,11 +234,11 @@ def _fuse_first_not_3d(query_weights, key_weights, value_weights):
 
 
 @pytest.mark.parametrize("obj", [_fuse_per_argument, _fuse_first_not_3d])
-def test_ch06_ex3_message_naming_the_faulty_argument_passes(obj):
+def test_ch06_ex2_message_naming_the_faulty_argument_passes(obj):
     passes_everywhere("ch06_ex2", obj)
 
 
-def test_ch06_ex3_message_naming_the_wrong_argument_fails():
+def test_ch06_ex2_message_naming_the_wrong_argument_fails():
     def names_query_only(query_weights, key_weights, value_weights):
         ws = (query_weights, key_weights, value_weights)
         if any(w.dim() != 3 for w in ws) or len({w.shape for w in ws}) > 1:
@@ -252,7 +252,7 @@ def test_ch06_ex3_message_naming_the_wrong_argument_fails():
         assert failures[0].mistake is None
 
 
-def test_ch06_ex3_an_answer_without_validation_fails_a_public_check_with_its_hint():
+def test_ch06_ex2_an_answer_without_validation_fails_a_public_check_with_its_hint():
     """Issue 40, item 3: the only public check took no bad input, so an answer that stacks whatever it
     gets passed every public check; the error check is public now, and such an answer fails it."""
     def stacks_anything(query_weights, key_weights, value_weights):
@@ -264,7 +264,7 @@ def test_ch06_ex3_an_answer_without_validation_fails_a_public_check_with_its_hin
         assert failed_checks("ch06_ex2", stacks_anything, hidden_seed=seed)
 
 
-def test_ch06_ex3_result_built_in_float32_fails_the_float64_check_with_its_hint():
+def test_ch06_ex2_result_built_in_float32_fails_the_float64_check_with_its_hint():
     """The contract's 'same dtype as the arguments' is checked both ways: a float32 result for float64
     weights fails, named as such."""
     def into_float32(query_weights, key_weights, value_weights):
@@ -320,14 +320,14 @@ def _pm_one_mask(queries, keys, values, mask):
 
 @pytest.mark.parametrize("obj,mistake", [(_pm_scaled_by_dv, "scaled by sqrt(d_v)"),
                                          (_pm_one_mask, "head 0's mask for every head")])
-def test_ch06_ex4_other_mistakes_are_not_blamed_on_empty_rows(obj, mistake):
+def test_ch06_ex3_other_mistakes_are_not_blamed_on_empty_rows(obj, mistake):
     failures = failed_checks("ch06_ex3", obj)
     assert len(failures) == 2
     for r in failures:
         assert r.mistake == mistake and r.hint == mistake_hint("ch06_ex3", mistake), r.line()
 
 
-def test_ch06_ex4_unmatched_answer_gets_neutral_hints():
+def test_ch06_ex3_unmatched_answer_gets_neutral_hints():
     def scaled_by_dv_in_float64(queries, keys, values, mask):
         out, w = _pm_scaled_by_dv(queries.double(), keys.double(), values.double(), mask)
         return out, w
@@ -527,7 +527,7 @@ def _hand_layer():
     return layer
 
 
-def test_ch06_ex6_reference_on_a_hand_computed_layer():
+def test_ch06_ex5_reference_on_a_hand_computed_layer():
     """Tokens (3, 5) then (1, 1); every score is 0, so token 0 sees its own value (3, 5) and token 1
     the mean of both, (2, 3). Head 0 owns feature 0 and meets column 0 of out_proj's weight (1, 3);
     head 1 owns feature 1 and meets column 1 (2, 4). Worked by hand:
@@ -544,7 +544,7 @@ def test_ch06_ex6_reference_on_a_hand_computed_layer():
     torch.testing.assert_close(got.sum(dim=1) + layer.out_proj.bias, layer.eval()(x))
 
 
-def test_ch06_ex6_reference_equals_the_layer_with_other_heads_values_zeroed():
+def test_ch06_ex5_reference_equals_the_layer_with_other_heads_values_zeroed():
     """An independent computation: head h's contribution is the eval-mode output of the layer whose
     value features outside head h are zero, minus out_proj's bias (3 heads of 2, biased projections)."""
     torch.manual_seed(3)
@@ -579,11 +579,11 @@ def _contributions_from_rows(layer, x):
     return torch.stack([context[:, h] @ w[h * hd:(h + 1) * hd] for h in range(layer.num_heads)], dim=1)
 
 
-def test_ch06_ex6_rows_of_out_proj_get_their_hint():
+def test_ch06_ex5_rows_of_out_proj_get_their_hint():
     assert_mistake("ch06_ex5", _contributions_from_rows, "rows of out_proj.weight instead of columns")
 
 
-def test_ch06_ex6_layer_left_in_eval_mode_gets_its_hint():
+def test_ch06_ex5_layer_left_in_eval_mode_gets_its_hint():
     """Right values through the layer's own weights, but layer.eval() is never undone."""
     def left_in_eval(layer, x):
         if x.dim() != 3 or x.shape[-1] != layer.W_query.in_features:
@@ -640,13 +640,13 @@ class _SDPAWithLayerMask(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))
 
 
-def test_ch06_ex2_layer_mask_given_unchanged_to_sdpa_gets_its_hint():
+def test_ch06_ex1_layer_mask_given_unchanged_to_sdpa_gets_its_hint():
     """Issue 26: SDPA reads a boolean attn_mask as True = may attend, the opposite of the buffer."""
     assert_mistake("ch06_ex1", _SDPAWithLayerMask,
                    "the layer's mask passed unchanged to F.scaled_dot_product_attention")
 
 
-def test_ch06_ex4_the_course_mask_passed_to_sdpa_unchanged_is_named():
+def test_ch06_ex3_the_course_mask_passed_to_sdpa_unchanged_is_named():
     """Issue 26 (item 6): SDPA's boolean attn_mask keeps the keys marked True, the course's masks
     hide them; an answer that hands its mask over unchanged gets the hint that says so."""
     import torch.nn.functional as F
