@@ -529,6 +529,9 @@ def main(argv=None) -> int:
                      help="run every check, the hidden ones too, on fresh inputs (no points)")
     prg.set_defaults(func=_progress)
 
+    from .translations import add_command as _translations_command
+    _translations_command(sub)
+
     new = sub.add_parser("new-exercise", help="authors: the skeleton of a new exercise (its module, its import, "
                                               "its five cells in the solution notebook)")
     new.add_argument("chapter", help="the chapter, e.g. 3 or 03")
