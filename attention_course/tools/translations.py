@@ -360,20 +360,35 @@ def unit_key(english: str) -> str:
     return hashlib.sha1(english.encode("utf-8")).hexdigest()[:10]
 
 
-def export(path: Path, only_missing: bool = True) -> str:
-    """A plain file for a translator: ``=== <key> <location>`` then the English, per entry."""
+def export(path: Path, only_missing: bool = True, where_prefixes: tuple = ()) -> str:
+    """A plain file for a translator: ``=== <key> <location>`` then the English, per entry (those
+    with a location starting with one of ``where_prefixes``, when given)."""
     chunks = []
     for message in read_catalog(path):
         if not message.id or (only_missing and message.string and not message.fuzzy):
             continue
         where = " ".join(loc for loc, _ in message.locations)
+        if where_prefixes and not any(loc.startswith(where_prefixes) for loc, _ in message.locations):
+            continue
         chunks.append(f"=== {unit_key(message.id)} {where}\n{message.id}\n")
     return "\n".join(chunks)
 
 
 def import_translations(path: Path, text: str) -> tuple:
     """Fill a catalog from a translator's file (the format of :func:`export`, the translation in
-    place of the English); return (entries filled, problems)."""
+    place of the English); return (entries filled, problems). Translators filling one catalog
+    side by side take turns (a lock beside it)."""
+    import fcntl
+    with open(str(path) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _import_locked(path, text)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _import_locked(path: Path, text: str) -> tuple:
+    from .package_strings import field_problems
     catalog = read_catalog(path)
     by_key = {unit_key(m.id): m for m in catalog if m.id}
     filled, issues = 0, []
@@ -385,7 +400,8 @@ def import_translations(path: Path, text: str) -> tuple:
         if message is None:
             issues.append(f"{key}: no entry with this key in {path.name}")
             continue
-        problems_found = markup_problems(message.id, body)
+        problems_found = markup_problems(message.id, body) if path.stem != "attention_course" else \
+            field_problems(message.id, body)
         if problems_found:
             issues.append(f"{key} ({' '.join(loc for loc, _ in message.locations)}): " + "; ".join(problems_found))
             continue
@@ -467,6 +483,8 @@ def add_command(sub) -> None:
                                                           "repeat for more; default: all")
     parser.add_argument("--file", help="export: write here (default: print); import: the translator's file")
     parser.add_argument("--all", action="store_true", help="export every entry, not only those to translate")
+    parser.add_argument("--where", action="append", default=[],
+                        help="export: only entries from here (a location's start, e.g. ch05 or checks/)")
     parser.set_defaults(func=run_command)
 
 
@@ -474,7 +492,6 @@ def run_command(args) -> int:
     root = Path(args.root)
     if args.action == "update":
         report = update(root, args.lang, args.domain)
-        from .. import checks  # noqa: F401 - the package's own strings are refreshed too
         from .package_strings import update_package
         report["package"] = update_package(args.lang)
         for domain, numbers in report.items():
@@ -495,7 +512,7 @@ def run_command(args) -> int:
         from .package_strings import package_catalog_path
         path = package_catalog_path(args.lang)
     if args.action == "export":
-        text = export(path, only_missing=not args.all)
+        text = export(path, only_missing=not args.all, where_prefixes=tuple(args.where))
         if args.file:
             Path(args.file).write_text(text, encoding="utf-8")
         else:

@@ -1,0 +1,181 @@
+"""The package's strings a reader sees, in the translators' catalog ``attention_course/locales/<lang>/
+LC_MESSAGES/attention_course.po``, read at run time by :mod:`attention_course.checks.language`.
+
+Two kinds of entry:
+
+* **exact** — every exercise's title, check names and hints and every kept mistake's hint, read
+  from the registry (location: the exercise's label);
+* **templates** — the messages the check engine, the exercises' own comparisons, ``progress`` and
+  the grader build from values at run time, read from the source (f-strings and string constants
+  that are not docstrings, log lines or the messages of exceptions the reader never sees). A value
+  becomes a numbered field, ``{0}``, ``{1}``: the translation may move it but keeps every one
+  (location: ``module.py:line``).
+
+``attention-course translations update`` refreshes the catalog as it does the prose catalogs (an
+entry whose English changed turns fuzzy with the old English beside it); :func:`package_problems`
+lists every missing, stale or malformed entry.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# The modules whose messages reach a reader (check lines, hints, progress, grading feedback).
+SOURCES = ("checks/*.py", "exercises/**/*.py", "tools/progress.py", "tools/grading/grader.py",
+           "tools/grading/reports.py", "tools/grading/items.py", "tools/grading/outcome_data.py",
+           "tools/grading/gradescope.py", "tools/grading/classrun.py", "tools/grading/runtime.py",
+           "tools/grading/zygote_main.py", "tools/grading/walls.py", "tools/grading/own_code.py",
+           "tools/grading/submissions.py")
+_WORDS = re.compile(r"[A-Za-z]{2,}[\s-]+[A-Za-z]{2,}")
+_FIELD = re.compile(r"\{(\d+)\}")
+
+
+def package_catalog_path(lang: str) -> Path:
+    return PACKAGE_DIR / "locales" / lang / "LC_MESSAGES" / "attention_course.po"
+
+
+def _skipped_nodes(tree: ast.AST) -> set:
+    """Docstrings, exception messages and logging calls: not shown to a reader as feedback."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            skip.add(id(node.body[0].value))
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            for inner in ast.walk(node.exc):
+                skip.add(id(inner))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("debug", "info", "warning", "warn", "error", "exception", "compile", "match",
+                                   "search", "sub", "findall", "fullmatch", "split"):
+            for inner in ast.walk(node):
+                if inner is not node.func:
+                    skip.add(id(inner))
+        # Kept mistakes' and alternatives' names are the authors' (their hints come from the registry).
+        if isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr in ("keep", "add")) or
+                (isinstance(node.func, ast.Name) and node.func.id in ("Mistake", "Alternative", "Exercise",
+                                                                       "Check"))):
+            for inner in ast.walk(node):
+                if inner is not node.func:
+                    skip.add(id(inner))
+        if isinstance(node, ast.JoinedStr):
+            for value in node.values:
+                skip.add(id(value))
+                for inner in ast.walk(value):
+                    skip.add(id(inner))
+    return skip
+
+
+def template_of(node: ast.AST):
+    """An f-string as a template with numbered fields (``{0}``), or a constant string as it is."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.replace("{", "{{").replace("}", "}}") if _FIELD.search(node.value) else node.value
+    if isinstance(node, ast.JoinedStr):
+        parts, index = [], 0
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(value.value.replace("{", "{{").replace("}", "}}"))
+            else:
+                parts.append("{%d}" % index)
+                index += 1
+        return "".join(parts)
+    return None
+
+
+def source_templates() -> list:
+    """(template, "module.py:line") for every reader-facing message of the SOURCES."""
+    out = []
+    files = sorted({p for pattern in SOURCES for p in PACKAGE_DIR.glob(pattern)})
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _skipped_nodes(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            text = template_of(node)
+            if text is None or not _WORDS.search(_FIELD.sub("", text)):
+                continue
+            if text.startswith(("__", "ch0", "ch1")) or "\n" in text.strip("\n") and "def " in text:
+                continue  # names and code, not messages
+            out.append((text, f"{path.relative_to(PACKAGE_DIR).as_posix()}:{node.lineno}"))
+    return out
+
+
+def registry_strings() -> list:
+    """(text, label) for every exercise's title, check names, check hints and kept mistakes' hints."""
+    from ..checks.registry import all_exercises
+    out = []
+    for exercise in all_exercises():
+        out.append((exercise.title, exercise.label))
+        for check in exercise.checks:
+            out.append((check.name, exercise.label))
+            if check.hint:
+                out.append((check.hint, exercise.label))
+        for mistake in exercise.mistakes:
+            if mistake.hint:
+                out.append((mistake.hint, exercise.label))
+    return out
+
+
+def package_entries() -> list:
+    entries = registry_strings()
+    known = {text for text, _ in entries}
+    entries += [(text, where) for text, where in source_templates() if text not in known]
+    return entries
+
+
+def update_package(lang: str) -> dict:
+    from babel.messages.catalog import Catalog
+    from .translations import _write, counts, read_catalog, template
+    path = package_catalog_path(lang)
+    tmpl = template(package_entries(), lang, "attention_course")
+    catalog = read_catalog(path) if path.exists() else Catalog(locale=lang, domain="attention_course",
+                                                               project="attention-course", version="")
+    catalog.update(tmpl, no_fuzzy_matching=False, update_header_comment=True)
+    _write(catalog, path)
+    return counts(catalog)
+
+
+def field_problems(english: str, translation: str) -> list:
+    from collections import Counter
+    want, got = Counter(_FIELD.findall(english)), Counter(_FIELD.findall(translation))
+    problems = []
+    if want != got:
+        problems.append(f"fields {sorted(want.elements())} became {sorted(got.elements())}")
+    for span in re.findall(r"`[^`\n]+`", english):
+        if span not in translation:
+            problems.append(f"lost the code span {span}")
+    return problems
+
+
+def package_problems(lang: str) -> list:
+    """Every missing, stale or malformed entry of the package's catalog, naming where its English is."""
+    from .translations import read_catalog
+    path = package_catalog_path(lang)
+    rel = path.relative_to(PACKAGE_DIR.parent)
+    if not path.exists():
+        return [f"{rel}: no catalog (run attention-course translations update)"]
+    catalog = read_catalog(path)
+    wanted = {}
+    for text, where in package_entries():
+        wanted.setdefault(text, where)
+    out = []
+    for text, where in wanted.items():
+        message = catalog.get(text)
+        first = text[:60]
+        if message is None:
+            out.append(f"{rel}: missing from the catalog ({where}): {first!r}")
+        elif message.fuzzy:
+            out.append(f"{rel}: stale, its English changed ({where}): {first!r}")
+        elif not message.string:
+            out.append(f"{rel}: not translated ({where}): {first!r}")
+        else:
+            out.extend(f"{rel}: ({where}): {first!r}: {p}" for p in field_problems(text, message.string))
+    for message in catalog:
+        if message.id and message.id not in wanted:
+            out.append(f"{rel}: no longer in the package: {str(message.id)[:60]!r}")
+    if catalog.obsolete:
+        out.append(f"{rel}: {len(catalog.obsolete)} obsolete entries (#~)")
+    return out
