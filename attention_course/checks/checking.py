@@ -22,12 +22,12 @@ import torch
 from .plan import (exercise_plan, hidden_seed, name_for, outcomes_for, reference_outcomes,  # noqa: F401 - hidden_seed
                    trusted_outcomes_for)
 from .calls import IN_PLACE_HINT, WRITTEN_IN_PLACE
+from .language import FAIL, PASS, check_line, tr
 from .registry import Check, Exercise, get_exercise
 
 # In every message of attention_course.checks.answers.no_credit_message (a grading child's too).
 NO_CREDIT_MARK = ": no credit for calling it; write your own "
 
-PASS, FAIL = "\u2713", "\u2717"  # ✓ ✗
 STUB_HINT = "fill in the exercise cell (replace the `raise NotImplementedError`), run it, then run this check again."
 
 
@@ -57,13 +57,9 @@ class CheckResult:
     max_points: float = 0.0
     stub: bool = False  # the answer is still the exercise's stub (a call raised NotImplementedError)
 
-    def line(self) -> str:
-        if self.passed:
-            return f"{PASS} {self.check}"
-        text = f"{FAIL} {self.check}: {self.reason}"
-        if self.hint:
-            text += f"\n    Hint: {self.hint}"
-        return text
+    def line(self, lang: Optional[str] = None) -> str:
+        """The check's line in ``lang`` (default: the reader's, :mod:`.language`)."""
+        return check_line(self.passed, self.check, self.reason, self.hint, lang)
 
 
 # ---------------------------------------------------------------- comparisons
@@ -551,8 +547,8 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None, thoro
         # The package holds finished versions of some exercises (for later chapters);
         # checking one of those would only check the course against itself.
         name = getattr(obj, "__qualname__", type(obj).__name__)
-        print(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
-        print(f"  {FAIL} you passed {module}.{name}, the course package's own version, not yours: "
+        _say(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
+        _say(f"  {FAIL} you passed {module}.{name}, the course package's own version, not yours: "
               f"pass the {exercise.name} defined in your exercise cell. (Graded work that calls the "
               f"package's answer to this exercise earns no credit.)")
         return
@@ -560,18 +556,18 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None, thoro
     refused = refusal_for(exercise, obj)
     if refused:
         # The grader refuses this class where the cell defines it: say so in its words.
-        print(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
-        print(f"  {FAIL} {refused}")
+        _say(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
+        _say(f"  {FAIL} {refused}")
         return
     from .calls import kernels_compiled
     compiled = kernels_compiled(exercise)
     if compiled:
-        print(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
-        print(f"  {FAIL} {compiled}")
+        _say(f"{label} \u00b7 {exercise.name}: 0/{count} {kind} passed")
+        _say(f"  {FAIL} {compiled}")
         return
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
     if thorough and exercise.stored:
-        print(f"{label} \u00b7 {exercise.name}: the thorough self-check is not part of this release; "
+        _say(f"{label} \u00b7 {exercise.name}: the thorough self-check is not part of this release; "
               f"the hidden checks run when your work is graded. The public checks:")
         thorough = False
     if thorough:
@@ -580,14 +576,18 @@ def check(label: str, obj: Any = None, time_limit: Optional[float] = None, thoro
         results = run_checks(label, obj, hidden=True, seed=seed, time_limit=limit, refuse_answers=True,
                              true_names=True)
         passed = sum(r.passed for r in results)
-        print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} checks passed on fresh inputs "
+        _say(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} checks passed on fresh inputs "
               f"(seed {seed}; the hidden checks included; no points)")
     else:
         results = run_checks(label, obj, time_limit=limit, refuse_answers=True)
         passed = sum(r.passed for r in results)
-        print(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} public checks passed")
+        _say(f"{label} \u00b7 {exercise.name}: {passed}/{len(results)} public checks passed")
     for r in results:
         print("  " + _printable(r.line()).replace("\n", "\n  "))
+
+
+def _say(text: str) -> None:
+    print(tr(text))  # check()'s own lines, in the reader's language
 
 
 def _printable(text: str) -> str:

@@ -34,6 +34,12 @@ def normalise(lang: Optional[str]) -> str:
     return "zh" if text.startswith("zh") else "en"
 
 
+def N_(text: str) -> str:
+    """Marks a short message for the catalog (gettext's ``N_``): returned as it is, translated
+    where :func:`tr` is applied to it."""
+    return text
+
+
 def set_language(lang: str) -> None:
     """Feedback in ``lang`` from now on in this process ("en" or "zh")."""
     _chosen[:] = [normalise(lang)]
@@ -140,6 +146,20 @@ def tr(text: str, lang: Optional[str] = None, missing: Optional[list] = None, _d
                 return separator.join(tr(part, lang, missing, _depth + 1) for part in text.split(separator))
     if missing is not None and re.search(r"[A-Za-z]{3,}\s+[A-Za-z]{2,}\s+[A-Za-z]{2,}", text):
         missing.append(text)
+    return text
+
+
+PASS, FAIL = "\u2713", "\u2717"  # ✓ ✗
+
+
+def check_line(passed: bool, check: str, reason: str, hint: str, lang: Optional[str] = None) -> str:
+    """One check's line: ``✓ name``, or ``✗ name: reason`` and an indented hint, in ``lang``."""
+    lang = current() if lang is None else normalise(lang)
+    if passed:
+        return f"{PASS} {tr(check, lang)}"
+    text = f"{FAIL} {tr(check, lang)}{frame('colon', lang)}{tr(reason, lang)}"
+    if hint:
+        text += f"\n    {frame('hint', lang)}{tr(hint, lang)}"
     return text
 
 

@@ -527,6 +527,8 @@ def main(argv=None) -> int:
     prg.add_argument("--time-limit", type=float, default=10.0, help="seconds per exercise (default 10)")
     prg.add_argument("--thorough", action="store_true",
                      help="run every check, the hidden ones too, on fresh inputs (no points)")
+    prg.add_argument("--lang", choices=["en", "zh"], help="the language of the report (default: ATTENTION_COURSE_LANG, "
+                     "else English)")
     prg.set_defaults(func=_progress)
 
     from .translations import add_command as _translations_command

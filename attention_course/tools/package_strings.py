@@ -84,18 +84,29 @@ def template_of(node: ast.AST):
     return None
 
 
+def _marked(tree: ast.AST) -> set:
+    """Strings passed straight to ``tr(...)`` or ``N_(...)``: messages whatever their length."""
+    marked = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("tr", "N_") \
+                and node.args:
+            marked.add(id(node.args[0]))
+    return marked
+
+
 def source_templates() -> list:
     """(template, "module.py:line") for every reader-facing message of the SOURCES."""
     out = []
     files = sorted({p for pattern in SOURCES for p in PACKAGE_DIR.glob(pattern)})
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _skipped_nodes(tree)
+        skip, marked = _skipped_nodes(tree), _marked(tree)
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue
             text = template_of(node)
-            if text is None or not _WORDS.search(_FIELD.sub("", text)):
+            if text is None or not (_WORDS.search(_FIELD.sub("", text)) or
+                                    (id(node) in marked and re.search("[A-Za-z]{2,}", text))):
                 continue
             if text.startswith(("__", "ch0", "ch1")) or "\n" in text.strip("\n") and "def " in text:
                 continue  # names and code, not messages
@@ -128,14 +139,13 @@ def package_entries() -> list:
 
 def update_package(lang: str) -> dict:
     from babel.messages.catalog import Catalog
-    from .translations import _write, counts, read_catalog, template
+    from .translations import locked, merge, read_catalog, template
     path = package_catalog_path(lang)
     tmpl = template(package_entries(), lang, "attention_course")
-    catalog = read_catalog(path) if path.exists() else Catalog(locale=lang, domain="attention_course",
-                                                               project="attention-course", version="")
-    catalog.update(tmpl, no_fuzzy_matching=False, update_header_comment=True)
-    _write(catalog, path)
-    return counts(catalog)
+    with locked(path):
+        catalog = read_catalog(path) if path.exists() else Catalog(locale=lang, domain="attention_course",
+                                                                   project="attention-course", version="")
+        return merge(catalog, tmpl, path)
 
 
 def field_problems(english: str, translation: str) -> list:

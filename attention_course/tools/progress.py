@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from .notebook import _CHECK_RE, NotebookError, _src, exercise_code, load_cells, printable
+from ..checks.language import N_, set_language, tr
 from ..checks.registry import LABEL_RE
 from .release import TOOLKIT
 
@@ -224,37 +225,46 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "\u2026"
 
 
+def _width(text: str) -> int:
+    """Columns a text takes in a terminal: a CJK character takes two."""
+    import unicodedata
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def render(books: list, skipped: list, color: bool = False, width: Optional[int] = None) -> str:
     """The report: one table per notebook, then the total."""
     style = _Style(color)
     width = width or shutil.get_terminal_size((100, 24)).columns
     lines = []
     for book in sorted(books, key=lambda b: (b.chapter, str(b.path))):
-        lines.append(style(f"Chapter {book.chapter} \u00b7 {printable(book.title)}", "bold") + "  "
+        lines.append(style(tr(f"Chapter {book.chapter} \u00b7 {printable(book.title)}"), "bold") + "  "
                      + style(printable(book.path), "dim"))
-        title_width = max(len(e.title) for e in book.exercises)
+        title_width = max(_width(tr(e.title)) for e in book.exercises)
         for e in book.exercises:
             mark, colour = _MARK[e.status]
-            state = {DONE: "done", NOT_STARTED: "not started"}.get(e.status, e.status)
-            lines.append(f"  {style(mark, colour)} {e.label}  {e.title.ljust(title_width)}  "
-                         f"{e.passed}/{e.total} checks  " + style(state, "dim" if e.status == NOT_STARTED else colour))
+            state = tr({DONE: N_("done"), NOT_STARTED: N_("not started"), FAILING: N_("failing"),
+                        MISSING: N_("missing")}.get(e.status, e.status))
+            title = tr(e.title)
+            lines.append(f"  {style(mark, colour)} {e.label}  {title}{' ' * (title_width - _width(title))}  "
+                         + tr(f"{e.passed}/{e.total} checks") + "  "
+                         + style(state, "dim" if e.status == NOT_STARTED else colour))
             if e.reason and e.status in (FAILING, MISSING):
                 # An error message the reader's code raised: no escape sequence reaches the terminal.
-                wrapped = textwrap.wrap(printable(re.sub(r"\s+", " ", e.reason)), max(40, width - 6))
+                wrapped = textwrap.wrap(printable(re.sub(r"\s+", " ", tr(e.reason))), max(40, width - 6))
                 if len(wrapped) > 3:
                     wrapped = wrapped[:3]
                     wrapped[-1] = _shorten(wrapped[-1] + " …", max(40, width - 6))
                 lines += [style("      " + line, "dim") for line in wrapped]
         nxt = book.next
-        summary = f"  {_bar(book.done, len(book.exercises))} {book.done}/{len(book.exercises)} exercises done"
+        summary = f"  {_bar(book.done, len(book.exercises))} " + tr(f"{book.done}/{len(book.exercises)} exercises done")
         lines.append(style(summary, "green" if nxt is None else "cyan"))
         if nxt is None:
-            lines.append(style("  every exercise of this chapter passes its public checks", "green"))
+            lines.append(style("  " + tr("every exercise of this chapter passes its public checks"), "green"))
         else:
-            lines.append(f"  next: {style(nxt.label, 'bold')} {nxt.title} (write `{nxt.name}`)")
+            lines.append("  " + tr(f"next: {nxt.label} {tr(nxt.title)} (write `{nxt.name}`)"))
         lines.append("")
     for path, reason in skipped:
-        lines.append(style(printable(f"skipped {path}: {reason}"), "yellow"))
+        lines.append(style(printable(tr(f"skipped {path}: {reason}")), "yellow"))
     if skipped:
         lines.append("")
     if books:
@@ -262,18 +272,20 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
         done = sum(e.status == DONE for e in exercises)
         checks = sum(e.passed for e in exercises), sum(e.total for e in exercises)
         pending = [(b, b.next) for b in sorted(books, key=lambda b: (b.chapter, str(b.path))) if b.next]
-        lines.append(style(f"Total: {done}/{len(exercises)} exercises done, {checks[0]}/{checks[1]} public checks "
-                           f"passed, in {len(books)} notebook{'s' if len(books) != 1 else ''}", "bold"))
+        lines.append(style(tr(f"Total: {done}/{len(exercises)} exercises done, {checks[0]}/{checks[1]} public checks "
+                              f"passed, in {len(books)} notebook{'s' if len(books) != 1 else ''}"), "bold"))
         if pending:
             book, nxt = pending[0]
-            lines.append(f"Next:  {style(nxt.label, 'bold')} {nxt.title} ({printable(book.path)})")
+            lines.append(tr(f"Next: {nxt.label} {tr(nxt.title)} ({printable(book.path)})"))
         else:
-            lines.append(style("All done: every exercise passes its public checks.", "green", "bold"))
+            lines.append(style(tr("All done: every exercise passes its public checks."), "green", "bold"))
     return "\n".join(lines) + "\n"
 
 
 def main(args) -> int:
     """The ``attention-course progress`` command (arguments parsed by :mod:`attention_course.tools.cli`)."""
+    if getattr(args, "lang", None):
+        set_language(args.lang)
     target = Path(args.path) if args.path else (Path("chapters") if Path("chapters").is_dir() else Path("."))
     try:
         paths = find_notebooks(target)
@@ -324,7 +336,7 @@ def main(args) -> int:
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
     text = render(books, skipped, color=color)
     if thorough_seed is not None:
-        text = text.replace("public checks", "checks")
+        text = text.replace("public checks", "checks").replace(tr("public checks"), tr("checks"))
     print(text, end="")
     if thorough_seed is None:
         note = (f"(the public checks of the check cells, run in a sandbox in {time.perf_counter() - start:.1f} s; "
@@ -332,5 +344,5 @@ def main(args) -> int:
     else:
         note = (f"(every check, the hidden ones included, on fresh inputs (seed {thorough_seed}), run in a sandbox "
                 f"in {time.perf_counter() - start:.1f} s; no points)")
-    print(_Style(color)(note, "dim"), flush=True)
+    print(_Style(color)(tr(note), "dim"), flush=True)
     return 0

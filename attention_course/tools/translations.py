@@ -230,16 +230,23 @@ def update(root: Path, lang: str, domains: Optional[list] = None) -> dict:
         if domains and domain not in domains:
             continue
         path = catalog_path(root, lang, domain)
-        tmpl = template(entries, lang, domain)
-        if path.exists():
-            catalog = read_catalog(path)
-        else:
-            catalog = Catalog(locale=lang, domain=domain, project="attention-course", version="")
-        catalog.update(tmpl, no_fuzzy_matching=False, update_header_comment=True)
-        # Obsolete entries stay in the file (#~) so a moved paragraph's translation can be reused.
-        _write(catalog, path)
-        report[domain] = counts(catalog)
+        with locked(path):
+            catalog = read_catalog(path) if path.exists() else \
+                Catalog(locale=lang, domain=domain, project="attention-course", version="")
+            report[domain] = merge(catalog, template(entries, lang, domain), path)
     return report
+
+
+def merge(catalog, tmpl, path: Path) -> dict:
+    """Bring ``catalog`` in step with the English entries of ``tmpl``, write it, return its counts.
+    An entry whose English changed turns fuzzy beside its old English; a translated entry whose
+    English left stays as obsolete (#~) so a moved paragraph's translation can be reused; an
+    untranslated one is dropped."""
+    catalog.update(tmpl, no_fuzzy_matching=False, update_header_comment=True)
+    for key in [k for k, m in catalog.obsolete.items() if not m.string]:
+        del catalog.obsolete[key]
+    _write(catalog, path)
+    return counts(catalog)
 
 
 def counts(catalog) -> dict:
@@ -378,13 +385,28 @@ def import_translations(path: Path, text: str) -> tuple:
     """Fill a catalog from a translator's file (the format of :func:`export`, the translation in
     place of the English); return (entries filled, problems). Translators filling one catalog
     side by side take turns (a lock beside it)."""
-    import fcntl
-    with open(str(path) + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            return _import_locked(path, text)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with locked(path):
+        return _import_locked(path, text)
+
+
+class locked:
+    """Hold ``<catalog>.lock`` while a catalog is read, changed and written (translators and
+    ``update`` may work on one catalog side by side)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(str(path) + ".lock")
+
+    def __enter__(self):
+        import fcntl
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.stream = open(self.path, "w")
+        fcntl.flock(self.stream, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+        fcntl.flock(self.stream, fcntl.LOCK_UN)
+        self.stream.close()
 
 
 def _import_locked(path: Path, text: str) -> tuple:
