@@ -15,7 +15,9 @@ downloads or launches a chapter must get the **student** notebook:
 The solution markers (``# BEGIN SOLUTION``/``# END SOLUTION``) are dropped from the
 code shown on the pages.
 
-Config value ``attention_course_edition`` is ``"full"`` (default) or ``"student"``.
+Config value ``attention_course_edition`` is ``"full"`` (default) or ``"student"``;
+``attention_course_language`` the site's language (``"en"``, ``"zh"``) and
+``attention_course_languages`` those built, each page linking to its twin in the others.
 """
 from __future__ import annotations
 
@@ -35,7 +37,9 @@ _TOOLKIT_PAGE = "toolkit"
 def _retarget_launch_buttons(app, pagename, templatename, context, doctree):
     folder = pagename.split("/", 1)[0]
     if folder in _PAGE_FOLDERS and "/" in pagename:
-        old, new = f"/{folder}/", "/chapters/"
+        lang = app.config.attention_course_language
+        # A translated site launches the student notebooks in its language (chapters/zh/).
+        old, new = f"/{folder}/", "/chapters/" if lang == "en" else f"/chapters/{lang}/"
     else:
         return
     for group in context.get("header_buttons", []):
@@ -50,6 +54,32 @@ def _retarget_launch_buttons(app, pagename, templatename, context, doctree):
             for button in group.get("buttons", []):
                 if button.get("label") == "download-notebook-button":
                     button["tooltip"] = "Download the student notebook"
+
+
+# Each language's name in its own words, for the link to the same page in that language.
+_LANGUAGE_NAMES = {"en": "English", "zh": "中文"}
+
+
+def _language_links(app, pagename, templatename, context, doctree):
+    """Every page links to the same page in the course's other languages. The translated sites lie
+    inside the English one (``zh/`` beside ``index.html``), so the links are relative and hold in
+    any copy of the site."""
+    lang = app.config.attention_course_language
+    others = [other for other in app.config.attention_course_languages if other != lang]
+    if not others or "body" not in context:
+        return
+    up = "../" * pagename.count("/")
+    links = []
+    for other in others:
+        base = up + ("../" if lang != "en" else "") + ("" if other == "en" else f"{other}/")
+        name = _LANGUAGE_NAMES.get(other, other)
+        links.append(f'<a class="reference external" href="{base}{pagename}.html" hreflang="{other}" '
+                     f'lang="{other}">{name}</a>')
+        context["metatags"] = context.get("metatags", "") + \
+            f'\n<link rel="alternate" hreflang="{other}" href="{base}{pagename}.html" />'
+    label = "Other languages" if lang == "en" else "其他语言"
+    context["body"] = (f'<nav class="language-links" aria-label="{label}"><p>' + " · ".join(links) +
+                       "</p></nav>\n" + context["body"])
 
 
 def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
@@ -177,6 +207,9 @@ def setup(app):
     app.connect("missing-reference", _unreleased_reference)
     app.add_config_value("attention_course_edition", "full", "html")
     app.add_config_value("attention_course_notebooks", "", "html")
+    app.add_config_value("attention_course_language", "en", "html")
+    app.add_config_value("attention_course_languages", [], "html")
+    app.connect("html-page-context", _language_links, priority=600)
     # After sphinx-book-theme has added its buttons (priority 501).
     app.connect("html-page-context", _retarget_launch_buttons, priority=600)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=600)

@@ -91,9 +91,12 @@ def _execute(args) -> int:
 
 
 def _build(args) -> int:
-    from .editions import build
-    status, html = build(Path(args.root), edition=args.edition, out=args.out,
-                         execute=not args.stored_outputs)
+    from .editions import build, build_language
+    if args.lang != "en":
+        status, html = build_language(Path(args.root), args.lang, edition=args.edition)
+    else:
+        status, html = build(Path(args.root), edition=args.edition, out=args.out,
+                             execute=not args.stored_outputs)
     if status == 0:
         print(f"\nThe {args.edition} edition is built: open {html / 'index.html'}")
     return status
@@ -415,6 +418,8 @@ def main(argv=None) -> int:
     bld.add_argument("--edition", choices=["full", "student"], default="full")
     bld.add_argument("--out", help="output folder (default: the course folder for full, _build/student for student)")
     bld.add_argument("--root", default=".", help="the course folder (default: current folder)")
+    bld.add_argument("--lang", default="en", choices=["en", "zh"],
+                     help="zh: the edition in Chinese, under the English one (_build/html/zh)")
     bld.add_argument("--stored-outputs", action="store_true",
                      help="full edition: use the solution notebooks' stored outputs instead of executing them")
     bld.set_defaults(func=_build)

@@ -71,7 +71,12 @@ def stage_student(root: Path, staging: Path) -> Path:
     (staging / "chapters").mkdir()
     from .release import EXERCISE_INDEX, exercise_index, generate, solution_paths
     if (staging / EXERCISE_INDEX).exists():  # written afresh: it follows course.yml even if not re-released
-        (staging / EXERCISE_INDEX).write_text(exercise_index(root), encoding="utf-8")
+        text = exercise_index(root)
+        lang = _language(root)
+        if lang != "en":  # a translated course folder (attention_course.tools.translated_edition)
+            from .translations import table, translate_markdown
+            text = translate_markdown(text, table(root, lang, Path(EXERCISE_INDEX).stem))
+        (staging / EXERCISE_INDEX).write_text(text, encoding="utf-8")
     for solution in solution_paths(root):
         text, _ = generate(solution, portable=False)
         (staging / "chapters" / solution.name).write_text(text, encoding="utf-8")
@@ -110,6 +115,32 @@ def stage_student(root: Path, staging: Path) -> Path:
         (staging / "_config.yml").write_text(yaml.safe_dump(config_data, sort_keys=False), encoding="utf-8")
     (staging / "_toc.yml").write_text(toc, encoding="utf-8")
     return staging
+
+
+def _language(root: Path) -> str:
+    config = yaml.safe_load((Path(root) / "_config.yml").read_text(encoding="utf-8")) or {}
+    return ((config.get("sphinx") or {}).get("config") or {}).get("attention_course_language", "en")
+
+
+def build_language(root: Path, lang: str, edition: str = "full", extra: tuple = ()) -> tuple:
+    """Build one edition in ``lang`` from the catalogs under locales/ (never executing: the outputs
+    are the English notebooks'); the site goes under the English one's folder, ``<html>/<lang>``
+    (``_build/html/zh``, ``_build/student/html/zh``). Return ``(exit_status, html_folder)``."""
+    from .translated_edition import stage_language
+    root = Path(root).resolve()
+    staged = stage_language(root, lang, root / "_build" / f"{lang}-src")
+    work = root / "_build" / f"{lang}-{edition}"
+    if edition == "full":
+        status, html = build(staged, "full", out=work, extra=extra, execute=False)
+        target = root / "_build" / "html" / lang
+    else:
+        status, html = build(staged, "student", out=work, extra=extra)
+        target = root / "_build" / "student" / "_build" / "html" / lang
+    if status == 0:
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(html, target)
+    return status, target
 
 
 def build(root: Path, edition: str = "full", out: Optional[Path] = None, extra: tuple = (),

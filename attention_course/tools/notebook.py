@@ -50,7 +50,7 @@ BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 _EXERCISE_OPEN_RE = re.compile(r"(?:```+|:::+)\{exercise\}")
 _EXERCISE_LABEL_LINE_RE = re.compile(r"[ \t]*:label:[ \t]*(\S+)")
 # The portable form written by the release generator (attention_course.tools.release).
-_EXERCISE_HEADING_RE = re.compile(r"^#{1,6}[ \t]+Exercise[ \t]+\d+[ \t]+\((ch\d\d_ex\d+)\)", re.M)
+_EXERCISE_HEADING_RE = re.compile(r"^#{1,6}[ \t]+(?:Exercise|练习)[ \t]+\d+[ \t]+\((ch\d\d_ex\d+)\)", re.M)
 _CHECK_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']""")
 _CHECK_NAME_RE = re.compile(r"""\bcheck\(\s*["'](ch\d\d_ex\d+)["']\s*,\s*([A-Za-z_]\w*)""")
 # A solution directive: on a line of its own (searched line by line, so linear in the cell's

@@ -31,7 +31,7 @@ from ..checks.language import N_, set_language, tr
 from ..checks.registry import LABEL_RE
 from .release import TOOLKIT
 
-SKIP_DIRS = {".git", ".venv", "venv", "_build", "node_modules", "__pycache__", ".ipynb_checkpoints", "site-packages"}
+SKIP_DIRS = {"zh", ".git", ".venv", "venv", "_build", "node_modules", "__pycache__", ".ipynb_checkpoints", "site-packages"}
 
 # How an exercise stands.
 DONE, FAILING, NOT_STARTED, MISSING = "done", "failing", "not started", "missing"
