@@ -34,7 +34,8 @@ says what may import what; ``tests/test_layout.py`` enforces it):
 ``check()`` loads the library, the check engine and the exercises, never a tool.
 """
 from .checks.checking import check, run_checks
+from .checks.language import set_language
 from .plotting import plot_curves, show_heatmaps
 
 __version__ = "0.1.0"
-__all__ = ["check", "run_checks", "show_heatmaps", "plot_curves", "__version__"]
+__all__ = ["check", "run_checks", "set_language", "show_heatmaps", "plot_curves", "__version__"]

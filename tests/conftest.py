@@ -24,7 +24,14 @@ def _build(edition: str, out: Path, *options: str) -> tuple:
     cmd = [sys.executable, "-m", "attention_course.tools.cli", "build", "--edition", edition,
            "--root", str(ROOT), "--out", str(out), *options]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    return result.returncode, result.stdout + result.stderr, out / "_build" / "html"
+    status, log = result.returncode, result.stdout + result.stderr
+    if status == 0:
+        # The Chinese edition goes under the English one (out/_build/html/zh): the English pages
+        # link to their Chinese twins, and the browser tests load both.
+        zh = subprocess.run(cmd[:-len(options) or None] + ["--lang", "zh"], capture_output=True, text=True,
+                            env=env)
+        status, log = zh.returncode, log + zh.stdout + zh.stderr
+    return status, log, out / "_build" / "html"
 
 
 @pytest.fixture(scope="session")

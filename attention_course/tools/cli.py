@@ -93,7 +93,7 @@ def _execute(args) -> int:
 def _build(args) -> int:
     from .editions import build, build_language
     if args.lang != "en":
-        status, html = build_language(Path(args.root), args.lang, edition=args.edition)
+        status, html = build_language(Path(args.root), args.lang, edition=args.edition, out=args.out)
     else:
         status, html = build(Path(args.root), edition=args.edition, out=args.out,
                              execute=not args.stored_outputs)
@@ -119,6 +119,9 @@ def _not_released(command: str, chapter: int) -> bool:
 
 def _grade(args) -> int:
     """Grade a folder of submissions (class) or one notebook (self-study)."""
+    if args.lang:
+        from ..checks.language import set_language
+        set_language(args.lang)
     if _not_released("grade", args.chapter):
         return 2
     refused = _lms_matches_nobody(Path(args.target), args.canvas_roster, args.moodle_worksheet)
@@ -439,6 +442,8 @@ def main(argv=None) -> int:
     grd = sub.add_parser("grade", help="grade a folder of submitted notebooks (or one notebook) for a chapter")
     grd.add_argument("target", help="a folder of submissions (alice.ipynb, or bob/<one>.ipynb), or one notebook")
     grd.add_argument("--chapter", type=int, required=True)
+    grd.add_argument("--lang", choices=["en", "zh"], help="the feedback's language (default: ATTENTION_COURSE_LANG, "
+                     "else English)")
     grd.add_argument("--out", help="output folder (default: grades-chNN); for one notebook, optional")
     grd.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)),
                      help="parallel sandboxed workers (default: cores, at most 4)")

@@ -122,20 +122,22 @@ def _language(root: Path) -> str:
     return ((config.get("sphinx") or {}).get("config") or {}).get("attention_course_language", "en")
 
 
-def build_language(root: Path, lang: str, edition: str = "full", extra: tuple = ()) -> tuple:
+def build_language(root: Path, lang: str, edition: str = "full", extra: tuple = (),
+                   out: Optional[Path] = None) -> tuple:
     """Build one edition in ``lang`` from the catalogs under locales/ (never executing: the outputs
     are the English notebooks'); the site goes under the English one's folder, ``<html>/<lang>``
-    (``_build/html/zh``, ``_build/student/html/zh``). Return ``(exit_status, html_folder)``."""
+    (``_build/html/zh``, ``_build/student/_build/html/zh``, or under ``out`` as :func:`build` puts
+    the English one there). Return ``(exit_status, html_folder)``."""
     from .translated_edition import stage_language
     root = Path(root).resolve()
-    staged = stage_language(root, lang, root / "_build" / f"{lang}-src")
-    work = root / "_build" / f"{lang}-{edition}"
+    english_out = Path(out).resolve() if out else (root if edition == "full" else root / "_build" / "student")
+    work = english_out / "_build" / f"{lang}-{edition}"
+    staged = stage_language(root, lang, english_out / "_build" / f"{lang}-{edition}-src")
     if edition == "full":
         status, html = build(staged, "full", out=work, extra=extra, execute=False)
-        target = root / "_build" / "html" / lang
     else:
         status, html = build(staged, "student", out=work, extra=extra)
-        target = root / "_build" / "student" / "_build" / "html" / lang
+    target = english_out / "_build" / "html" / lang
     if status == 0:
         if target.exists():
             shutil.rmtree(target)

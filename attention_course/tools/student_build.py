@@ -525,4 +525,7 @@ def write_package(dest: Path, plan: ReleasePlan, root: Path, store_cache: Option
                 if path.is_file() and path.suffix in DATA_SUFFIXES:
                     (pkg / name).mkdir(exist_ok=True)
                     shutil.copyfile(path, pkg / name / path.name)
+    # The feedback's translations (attention_course.checks.language): hints and check names, no answer.
+    if (PACKAGE_DIR / "locales").is_dir():
+        shutil.copytree(PACKAGE_DIR / "locales", pkg / "locales", ignore=shutil.ignore_patterns("*.lock"))
     return {"modules": sorted(modules), "withheld": pieces, "exercises": labels}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ...checks.checking import FAIL, PASS
+from ...checks.language import N_, frame, tr
 from ..notebook import printable
 from .formats import cap_bytes, csv_safe, fmt_points as _fmt, number_cell as _number  # noqa: F401 - csv_safe: tests
 from .items import ITEMS_CSV, ITEMS_PNG, MISCONCEPTIONS_CSV, analyse, summary_sections, write_heatmap, \
@@ -48,30 +49,33 @@ def feedback_names(results: list) -> list:
 
 
 def feedback_markdown(result, plan, title: Optional[str] = None) -> str:
-    lines = [f"# {title or 'Feedback'}: {result.student}", "",
-             f"Chapter {plan.chapter:02d} · **{_fmt(result.total)} / {_fmt(result.max_total)} points**", ""]
+    """A student's feedback, in the reader's language (attention_course.checks.language: ``grade
+    --lang``, ``ATTENTION_COURSE_LANG``); the student's own words (names, messages) stay as written."""
+    lines = [tr(f"# {title or 'Feedback'}: {result.student}"), "",
+             tr(f"Chapter {plan.chapter:02d} · **{_fmt(result.total)} / {_fmt(result.max_total)} points**"), ""]
     if result.problem:
-        lines += [f"**Your submission could not be graded:** {result.problem}", ""]
+        lines += [tr(f"**Your submission could not be graded:** {tr(result.problem)}"), ""]
     for note in result.notes:
-        lines += [f"> Note: {note}", ""]
+        lines += [tr(f"> Note: {tr(note)}"), ""]
     for er in result.exercises:
         passed = sum(c.passed for c in er.checks)
-        lines += [f"## {er.label} · `{er.name}` — {_fmt(er.points)} / {_fmt(er.max_points)} points",
-                  f"*{er.title}* · {passed}/{len(er.checks)} checks passed", ""]
+        lines += [tr(f"## {er.label} · `{er.name}` — {_fmt(er.points)} / {_fmt(er.max_points)} points"),
+                  tr(f"*{tr(er.title)}* · {passed}/{len(er.checks)} checks passed"), ""]
         if er.reason and not result.problem:
-            lines += [f"**Why {'0 points' if er.points == 0 else 'points were lost'}:** {er.reason}", ""]
+            why = N_("0 points") if er.points == 0 else N_("points were lost")
+            lines += [tr(f"**Why {tr(why)}:** {tr(er.reason)}"), ""]
         for note in er.notes:
-            lines += [f"> Note: {note}", ""]
+            lines += [tr(f"> Note: {tr(note)}"), ""]
         shown = set()
         for c in er.checks:
-            worth = f" ({_fmt(c.points)} of {_fmt(round(c.max_points, 2))} pt)"
+            worth = tr(f" ({_fmt(c.points)} of {_fmt(round(c.max_points, 2))} pt)")
             if c.passed:
-                lines.append(f"- {PASS} {c.check}{worth}")
+                lines.append(f"- {PASS} {tr(c.check)}{worth}")
             else:
-                reason = c.reason if c.reason != er.reason else "see above"
-                lines.append(f"- {FAIL} {c.check}{worth}: {reason}")
+                reason = tr(c.reason) if c.reason != er.reason else tr("see above")
+                lines.append(f"- {FAIL} {tr(c.check)}{worth}{frame('colon')}{reason}")
                 if c.hint and c.hint not in shown:
-                    lines.append(f"  - Hint: {c.hint}")
+                    lines.append(f"  - {frame('hint')}{tr(c.hint)}")
                     shown.add(c.hint)
         lines.append("")
     # Names and messages come from the submission: no control character reaches the reader.
@@ -229,22 +233,22 @@ def gradescope_results(result, plan, execution_time: float = 0.0,
                 continue
             score = round(sum(c.points for c in checks), 4)
             top = round(sum(c.max_points for c in checks), 4)
-            out = [f"{sum(c.passed for c in checks)}/{len(checks)} checks passed"]
+            out = [tr(f"{sum(c.passed for c in checks)}/{len(checks)} checks passed")]
             if er.reason:
-                out.append(f"Why: {er.reason}")
+                out.append(tr(f"Why: {tr(er.reason)}"))
             if not hidden:
-                out += er.notes
+                out += [tr(note) for note in er.notes]
             for c in checks:
-                out.append(c.line() if c.reason != er.reason or c.passed else f"{FAIL} {c.check}")
-            kind = "hidden checks" if hidden else "public checks"
-            tests.append({"name": f"{er.label} · {er.name} ({er.title}): {kind}", "score": score,
+                out.append(c.line() if c.reason != er.reason or c.passed else f"{FAIL} {tr(c.check)}")
+            kind = tr("hidden checks") if hidden else tr("public checks")
+            tests.append({"name": f"{er.label} · {er.name} ({tr(er.title)}): {kind}", "score": score,
                           "max_score": top, "status": "passed" if score >= top - 1e-9 else "failed",
                           "output": printable("\n".join(out), newlines=True),
                           "visibility": hidden_visibility if hidden else "visible"})
-    general = [f"Chapter {plan.chapter:02d}: {_fmt(result.total)} / {_fmt(result.max_total)} points."]
+    general = [tr(f"Chapter {plan.chapter:02d}: {_fmt(result.total)} / {_fmt(result.max_total)} points.")]
     if result.problem:
-        general.append(f"Your submission could not be graded: {result.problem}")
-    general += [f"Note: {n}" for n in result.notes]
+        general.append(tr(f"Your submission could not be graded: {tr(result.problem)}"))
+    general += [tr(f"Note: {tr(n)}") for n in result.notes]
     return {"score": result.total, "max_score": result.max_total, "execution_time": round(execution_time, 2),
             "output": "\n".join(general), "visibility": "visible", "stdout_visibility": "hidden",
             "tests": tests}
