@@ -2,6 +2,7 @@
 """Set up and run the course's main jobs with nothing but Python 3.11.
 
     python3 tasks.py lab      open the student notebooks (chapters/) in JupyterLab
+                              (--lang zh: the Chinese notebooks, chapters/zh, in JupyterLab in Chinese)
     python3 tasks.py book     build the course site  -> _build/html/index.html (from the notebooks'
                               stored outputs, which the suite checks; --execute runs them)
     python3 tasks.py test     run the whole test suite (installs Debian's chromium, and the Node.js
@@ -67,17 +68,23 @@ def setup(kernels: bool = True) -> None:
 CHROMIUM = Path("/usr/bin/chromium")
 
 
+# A CJK font: the Chinese pages render their characters (not empty boxes) in the browser tests.
+CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+
+
 def ensure_chromium() -> None:
-    """The browser tests drive Debian's Chromium; install it when it is missing."""
-    if CHROMIUM.exists():
+    """The browser tests drive Debian's Chromium; install it (and a CJK font) when missing."""
+    if CHROMIUM.exists() and CJK_FONT.exists():
         return
     prefix = [] if os.geteuid() == 0 else ["sudo", "-n"]
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = prefix + ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
+    install = prefix + ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium",
+                        "fonts-wqy-microhei"]
     if _run(install, env=env) != 0:
         _run(prefix + ["apt-get", "update", "-q"], env=env)
         if _run(install, env=env) != 0:
-            sys.exit("tasks.py: could not install Debian's chromium package (needed by tests/test_site.py)")
+            sys.exit("tasks.py: could not install Debian's chromium and fonts-wqy-microhei packages (needed by "
+                     "tests/test_site.py)")
 
 
 # Node.js tools the tests use, from the npm registry, pinned, installed into .venv/node:
@@ -121,21 +128,42 @@ def _env() -> dict:
 
 
 def lab_command(extra: list) -> list:
-    """JupyterLab on the student notebooks: its file browser opens at chapters/."""
-    cmd = [BIN / "jupyter", "lab", ROOT / "chapters"]
+    """JupyterLab on the student notebooks: its file browser opens at chapters/ (with ``--lang zh``,
+    at the Chinese notebooks of chapters/zh, JupyterLab's own interface in Chinese too)."""
+    extra = list(extra)
+    lang = "en"
+    if "--lang" in extra:
+        at = extra.index("--lang")
+        lang = extra[at + 1] if at + 1 < len(extra) else ""
+        del extra[at:at + 2]
+        if lang not in ("en", "zh"):
+            sys.exit(f"tasks.py lab: --lang takes en or zh, not {lang!r}")
+    folder = ROOT / "chapters" / ("zh" if lang == "zh" else "")
+    cmd = [BIN / "jupyter", "lab", folder]
+    if lang == "zh":
+        # The interface's language is a user setting; these are the course's own settings folder's.
+        settings = ROOT / "_build" / "lab-settings-zh"
+        plugin = settings / "@jupyterlab" / "translation-extension" / "plugin.jupyterlab-settings"
+        plugin.parent.mkdir(parents=True, exist_ok=True)
+        plugin.write_text('{"locale": "zh_CN"}\n', encoding="utf-8")
+        cmd.append(f"--LabApp.user_settings_dir={settings}")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # containers and CI machines often run as root
-    return cmd + list(extra)
+    return cmd + extra
 
 
 def lab(extra: list) -> int:
     setup()
-    return _run(lab_command(extra), env=_env())
+    env = _env()
+    if "--lang" in extra and extra[extra.index("--lang") + 1:][:1] == ["zh"]:
+        env["ATTENTION_COURSE_LANG"] = "zh"  # check() and progress speak Chinese in that kernel too
+    return _run(lab_command(extra), env=env)
 
 
 def book(extra: list) -> int:
     """Build the site from the solution notebooks' stored outputs (the suite's nbval run checks that
-    they are what the code prints); `python3 tasks.py book --execute` executes them instead."""
+    they are what the code prints); `python3 tasks.py book --execute` executes them instead. The
+    Chinese edition is built from the catalogs of locales/zh into _build/html/zh."""
     execute = "--execute" in extra
     extra = [a for a in extra if a != "--execute"]
     setup(kernels=execute)
@@ -144,7 +172,10 @@ def book(extra: list) -> int:
     else:
         status = _run([BIN / "attention-course", "build", "--root", ROOT, "--stored-outputs", *extra], env=_env())
     if status == 0:
-        print(f"\nThe course site is built: open {ROOT / '_build' / 'html' / 'index.html'}")
+        status = _run([BIN / "attention-course", "build", "--root", ROOT, "--lang", "zh"], env=_env())
+    if status == 0:
+        print(f"\nThe course site is built: open {ROOT / '_build' / 'html' / 'index.html'} "
+              f"(中文版: {ROOT / '_build' / 'html' / 'zh' / 'index.html'})")
     return status
 
 

@@ -6,6 +6,10 @@ A reader opens the notebook, runs all cells (every check cell prints ✗ lines a
 cell fails otherwise), reads an exercise statement (formatted text, not markup),
 types a correct solution into the exercise cell, runs it and its check cell, and sees
 ✓ lines. Screenshots land in ``_build/test-output/jupyterlab-*.png``.
+
+The same walk runs on the Chinese student notebook (``chapters/zh/``) in JupyterLab's Chinese
+interface: the ✗ lines and hints are Chinese, and the solved exercise shows ✓ (screenshots
+``jupyterlab-zh-*.png``).
 """
 import json
 import os
@@ -48,14 +52,23 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """JupyterLab serving a folder that holds a copy of one student notebook."""
-    tmp = tmp_path_factory.mktemp("jupyterlab")
+def _cjk(text: str) -> int:
+    return len(re.findall(r"[\u4e00-\u9fff]", text))
+
+
+@pytest.fixture(scope="module", params=["en", "zh"])
+def lab(request, tmp_path_factory):
+    """JupyterLab serving a folder that holds a copy of one student notebook (English, or Chinese
+    with JupyterLab's interface in Chinese)."""
+    lang = request.param
+    tmp = tmp_path_factory.mktemp(f"jupyterlab-{lang}")
     work = tmp / "work"
     work.mkdir()
-    shutil.copy2(ROOT / "chapters" / NOTEBOOK, work / NOTEBOOK)
-    for name, values in SETTINGS.items():
+    shutil.copy2(ROOT / "chapters" / ("zh" if lang == "zh" else "") / NOTEBOOK, work / NOTEBOOK)
+    settings = dict(SETTINGS)
+    if lang == "zh":
+        settings["@jupyterlab/translation-extension/plugin.jupyterlab-settings"] = {"locale": "zh_CN"}
+    for name, values in settings.items():
         path = tmp / "settings" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
@@ -82,7 +95,7 @@ def lab(tmp_path_factory):
         # Without the token, the server refuses the API.
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"{base}/api/contents", timeout=5)
-        yield base, token, work
+        yield base, token, work, lang
     finally:
         server.terminate()
         try:
@@ -97,7 +110,7 @@ def page(lab):
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `python3 tasks.py test` installs Debian's chromium package")
     from playwright.sync_api import sync_playwright
-    base, token, _ = lab
+    base, token, _, _ = lab
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -126,7 +139,7 @@ def _wait_for_kernel(page, base, token, timeout=60):
         time.sleep(0.2)
     page.wait_for_function(r"""() => {
         const bar = document.querySelector('#jp-main-statusbar');
-        return bar && /\(ipykernel\) \| Idle/.test(bar.innerText);
+        return bar && /\(ipykernel\) \| (Idle|空闲)/.test(bar.innerText);
     }""", timeout=timeout * 1000)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=timeout * 1000)
 
@@ -153,11 +166,13 @@ def _wait_until_idle(page, timeout=120000):
 
 
 def test_run_all_read_an_exercise_solve_it_and_see_it_pass(lab, page, output_dir):
-    base, token, work = lab
+    base, token, work, lang = lab
+    from attention_course.checks.language import tr
+    shots = "jupyterlab-" if lang == "en" else "jupyterlab-zh-"
     start = time.monotonic()
 
     # 1. Run all cells from the Run menu, as a reader would.
-    page.click("li.lm-MenuBar-item:has-text('Run')")
+    page.click("li.lm-MenuBar-item:has-text('Run')" if lang == "en" else "li.lm-MenuBar-item:has-text('运行')")
     page.click("li.lm-Menu-item[data-command='runmenu:run-all']")
     _wait_until_idle(page)
     cells = _cells(page)
@@ -167,8 +182,12 @@ def test_run_all_read_an_exercise_solve_it_and_see_it_pass(lab, page, output_dir
         assert cell["errors"] == 0, f"a cell failed:\n{cell['input'][:300]}\n{cell['output'][-1500:]}"
     for cell in check_cells:
         label = _CHECK_RE.search(cell["input"]).group(1)
-        assert re.search(rf"{label} \u00b7 \w+: 0/\d+ public checks passed", cell["output"]), cell["output"]
+        exercise = get_exercise(label)
+        header = tr(f"{label} \u00b7 {exercise.name}: 0/{len(exercise.public_checks)} public checks passed", lang)
+        assert header in cell["output"], cell["output"]
         assert "\u2717" in cell["output"] and "\u2713" not in cell["output"], cell["output"]
+        if lang == "zh":  # the check lines and their hints are Chinese
+            assert _cjk(cell["output"]) > 10, cell["output"]
 
     # The saved notebook holds the same: no error output anywhere, ✗ lines in every check cell.
     page.keyboard.press("Control+s")
@@ -181,16 +200,19 @@ def test_run_all_read_an_exercise_solve_it_and_see_it_pass(lab, page, output_dir
     found = [m for m in RAW_MYST for text in markdown_text if m in text]
     assert not found, f"raw markup shown to the reader: {sorted(set(found))}"
     assert any("(Vaswani et al., 2017)" in text for text in markdown_text)
+    if lang == "zh":
+        assert sum(_cjk(text) for text in markdown_text) > 2000
     read = get_exercise(READ)
     statement = page.locator(".jp-MarkdownCell", has_text=f"({READ})")
     heading = statement.locator("h1, h2, h3, h4").first
-    assert re.fullmatch(rf"Exercise \d+ \({READ}\): .+", heading.inner_text().strip()), heading.inner_text()
+    word = "Exercise" if lang == "en" else "练习"
+    assert re.fullmatch(rf"{word} \d+ \({READ}\)[:：] ?.+", heading.inner_text().strip()), heading.inner_text()
     assert statement.locator("li").count() >= 3 and statement.locator("code").count() >= 5
     assert read.name in statement.inner_text()
     statement.scroll_into_view_if_needed()
-    page.screenshot(path=str(output_dir / "jupyterlab-exercise-statement.png"))
+    page.screenshot(path=str(output_dir / f"{shots}exercise-statement.png"))
     failing = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text=f'check("{READ}"'))
-    failing.screenshot(path=str(output_dir / "jupyterlab-check-fails.png"))
+    failing.screenshot(path=str(output_dir / f"{shots}check-fails.png"))
 
     # 3. Type a correct solution into an exercise cell, run it and its check cell: ✓ lines.
     solved = get_exercise(SOLVE)
@@ -205,10 +227,11 @@ def test_run_all_read_an_exercise_solve_it_and_see_it_pass(lab, page, output_dir
     page.keyboard.press("Shift+Enter")   # runs the check cell
     total = len(solved.public_checks)
     checked = page.locator(".jp-CodeCell", has=page.locator(".cm-content", has_text=f'check("{SOLVE}"'))
-    checked.locator(".jp-OutputArea", has_text=f"{total}/{total} public checks passed").wait_for(timeout=30000)
+    passed = tr(f"{SOLVE} \u00b7 {solved.name}: {total}/{total} public checks passed", lang)
+    checked.locator(".jp-OutputArea", has_text=passed).wait_for(timeout=30000)
     output = checked.locator(".jp-OutputArea").inner_text()
     assert output.count("\u2713") == total and "\u2717" not in output, output
     stub.scroll_into_view_if_needed()
-    page.screenshot(path=str(output_dir / "jupyterlab-solution-passes.png"))
-    checked.screenshot(path=str(output_dir / "jupyterlab-check-passes.png"))
+    page.screenshot(path=str(output_dir / f"{shots}solution-passes.png"))
+    checked.screenshot(path=str(output_dir / f"{shots}check-passes.png"))
     assert time.monotonic() - start < 60, "the JupyterLab session took over a minute"

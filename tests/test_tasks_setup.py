@@ -54,6 +54,9 @@ def test_book_builds_from_stored_outputs_unless_asked_to_execute(tasks):
     tasks.book([])
     assert not _installs_kernels(tasks.calls[0])
     assert "build" in tasks.calls[1] and "--stored-outputs" in tasks.calls[1]
+    # Then the Chinese edition, from the catalogs (never executed), under the English site.
+    assert "build" in tasks.calls[2] and tasks.calls[2][-2:] == ["--lang", "zh"]
     tasks.book(["--execute"])
-    build = tasks.calls[-1]
+    build = tasks.calls[-2]
     assert "jupyter-book" in build[0] and "--execute" not in build and "--stored-outputs" not in build
+    assert tasks.calls[-1][-2:] == ["--lang", "zh"]

@@ -9,8 +9,10 @@ from pathlib import Path
 
 def _release(args) -> int:
     from .release import ReleaseError, release
+    from .translated_edition import release_languages
     try:
         stale = release(Path(args.root), chapter=args.chapter, check_only=args.check)
+        stale += release_languages(Path(args.root), check_only=args.check)
     except ReleaseError as error:
         print(f"attention-course release: {error}", file=sys.stderr)
         return 2
@@ -541,7 +543,7 @@ def main(argv=None) -> int:
                      "else English)")
     prg.set_defaults(func=_progress)
 
-    from .translations import add_command as _translations_command
+    from .translations_cli import add_command as _translations_command
     _translations_command(sub)
 
     new = sub.add_parser("new-exercise", help="authors: the skeleton of a new exercise (its module, its import, "

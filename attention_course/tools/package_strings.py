@@ -148,21 +148,9 @@ def update_package(lang: str) -> dict:
         return merge(catalog, tmpl, path)
 
 
-def field_problems(english: str, translation: str) -> list:
-    from collections import Counter
-    want, got = Counter(_FIELD.findall(english)), Counter(_FIELD.findall(translation))
-    problems = []
-    if want != got:
-        problems.append(f"fields {sorted(want.elements())} became {sorted(got.elements())}")
-    for span in re.findall(r"`[^`\n]+`", english):
-        if span not in translation:
-            problems.append(f"lost the code span {span}")
-    return problems
-
-
 def package_problems(lang: str) -> list:
     """Every missing, stale or malformed entry of the package's catalog, naming where its English is."""
-    from .translations import read_catalog
+    from .translations import field_problems, read_catalog
     path = package_catalog_path(lang)
     rel = path.relative_to(PACKAGE_DIR.parent)
     if not path.exists():

@@ -261,7 +261,7 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
         if nxt is None:
             lines.append(style("  " + tr("every exercise of this chapter passes its public checks"), "green"))
         else:
-            lines.append("  " + tr(f"next: {nxt.label} {tr(nxt.title)} (write `{nxt.name}`)"))
+            lines.append("  " + tr(f"next: {style(nxt.label, 'bold')} {tr(nxt.title)} (write `{nxt.name}`)"))
         lines.append("")
     for path, reason in skipped:
         lines.append(style(printable(tr(f"skipped {path}: {reason}")), "yellow"))
@@ -276,7 +276,7 @@ def render(books: list, skipped: list, color: bool = False, width: Optional[int]
                               f"passed, in {len(books)} notebook{'s' if len(books) != 1 else ''}"), "bold"))
         if pending:
             book, nxt = pending[0]
-            lines.append(tr(f"Next: {nxt.label} {tr(nxt.title)} ({printable(book.path)})"))
+            lines.append(tr(f"Next:  {style(nxt.label, 'bold')} {tr(nxt.title)} ({printable(book.path)})"))
         else:
             lines.append(style(tr("All done: every exercise passes its public checks."), "green", "bold"))
     return "\n".join(lines) + "\n"

@@ -193,10 +193,4 @@ def release(root: Path = Path("."), chapter: Optional[int] = None, check_only: b
             if not check_only:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text, encoding="utf-8")
-    # The student notebooks in each language with catalogs (chapters/zh/), from the same generator.
-    from .translations import LANGUAGES
-    from .translated_edition import release_language
-    for lang in LANGUAGES:
-        if (root / "locales" / lang).is_dir() and (root / "chapters").is_dir():
-            stale += release_language(root, lang, check_only)
     return stale

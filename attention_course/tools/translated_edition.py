@@ -140,3 +140,14 @@ def release_language(root: Path, lang: str, check_only: bool = False) -> list:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text, encoding="utf-8")
     return stale
+
+
+def release_languages(root: Path, check_only: bool = False) -> list:
+    """:func:`release_language` for every language with catalogs under locales/ (``attention-course
+    release`` runs it after the English release)."""
+    from .translations import LANGUAGES
+    stale = []
+    for lang in LANGUAGES:
+        if (Path(root) / "locales" / lang).is_dir() and (Path(root) / "chapters").is_dir():
+            stale += release_language(root, lang, check_only)
+    return stale
