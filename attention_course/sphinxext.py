@@ -136,7 +136,7 @@ def _ship_student_notebooks(app, exception):
 # the button is named by its text instead; bibliography entries with the deprecated ARIA role
 # doc-biblioentry inside role="list", which needs listitem children; and the colour-mode button.
 _A11Y_FIXES = [
-    (re.compile(r'(<button class="btn search-button-field[^"]*"[^>]*?) aria-label="Search"'), r"\1"),
+    (re.compile(r'(<button class="btn search-button-field[^"]*"[^>]*?) aria-label="(?:Search|搜索)"'), r"\1"),
     (re.compile(r'role="doc-biblioentry"'), 'role="listitem"'),
     # The colour-mode button is named "Color mode", but its icons' titles (Light, Dark, System
     # Settings) count as its visible text: the icons are decoration.

@@ -128,15 +128,19 @@ def build_language(root: Path, lang: str, edition: str = "full", extra: tuple = 
     are the English notebooks'); the site goes under the English one's folder, ``<html>/<lang>``
     (``_build/html/zh``, ``_build/student/_build/html/zh``, or under ``out`` as :func:`build` puts
     the English one there). Return ``(exit_status, html_folder)``."""
+    import tempfile
     from .translated_edition import stage_language
     root = Path(root).resolve()
     english_out = Path(out).resolve() if out else (root if edition == "full" else root / "_build" / "student")
     work = english_out / "_build" / f"{lang}-{edition}"
-    staged = stage_language(root, lang, english_out / "_build" / f"{lang}-{edition}-src")
-    if edition == "full":
-        status, html = build(staged, "full", out=work, extra=extra, execute=False)
-    else:
-        status, html = build(staged, "student", out=work, extra=extra)
+    # The course in ``lang`` (solutions included) is staged outside the site's folder: a student
+    # site's folder holds nothing of a solution.
+    with tempfile.TemporaryDirectory(prefix=f"attention-course-{lang}-") as tmp:
+        staged = stage_language(root, lang, Path(tmp) / "course")
+        if edition == "full":
+            status, html = build(staged, "full", out=work, extra=extra, execute=False)
+        else:
+            status, html = build(staged, "student", out=work, extra=extra)
     target = english_out / "_build" / "html" / lang
     if status == 0:
         if target.exists():
