@@ -245,3 +245,42 @@ def test_every_figure_has_alt_text_that_describes_it(browser, sites, edition):
             if len(alt.split()) < 4 or re.search(r"\.(png|svg|jpe?g)$", alt):
                 missing.append(f"{name}: {tag[:120]}")
     assert not missing, f"{len(missing)} figures without a description:\n" + "\n".join(missing[:20])
+
+
+@pytest.mark.parametrize("edition", ["full", "student"])
+def test_the_chinese_pages_render_chinese_and_link_to_their_english_twins(browser, sites, edition, output_dir):
+    """The Chinese edition (issue 45) lies under the English one (zh/): each of its pages is in
+    Chinese (lang="zh-CN", Chinese text drawn with a CJK font, not empty boxes) and links to the
+    same page in English, which links back."""
+    import subprocess
+    base, html_dir = sites[edition]
+    folder = "solutions" if edition == "full" else "chapters"
+    fonts = subprocess.run(["fc-list", ":lang=zh"], capture_output=True, text=True).stdout
+    assert fonts.strip(), "no CJK font: `python3 tasks.py test` installs Debian's fonts-wqy-microhei"
+    zh_pages = [p for p in _pages(html_dir) if p.startswith("zh/")]
+    assert len(zh_pages) >= 8 and f"zh/{folder}/{CHAPTER}.html" in zh_pages
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{base}zh/{folder}/{CHAPTER}.html", wait_until="load")
+    assert page.get_attribute("html", "lang") == "zh-CN"
+    text = page.inner_text("article")
+    assert len(re.findall(r"[\u4e00-\u9fff]", text)) > 500, text[:500]
+    # A CJK character drawn by a CJK font is about as wide as it is high; a missing glyph's box
+    # would be drawn by the fallback font at a width that differs from a real character's.
+    widths = page.evaluate("""() => {
+        const c = document.createElement('canvas').getContext('2d');
+        c.font = getComputedStyle(document.querySelector('article p')).font;
+        return [c.measureText('注意力').width, c.measureText('\\u{10FFFD}\\u{10FFFD}\\u{10FFFD}').width,
+                parseFloat(getComputedStyle(document.querySelector('article p')).fontSize)];
+    }""")
+    assert abs(widths[0] - 3 * widths[2]) < 0.2 * widths[2] and widths[0] != widths[1], widths
+    english = page.locator("nav.language-links a[hreflang='en']")
+    assert english.count() == 1
+    page.wait_for_selector("mjx-container", timeout=20000)
+    page.screenshot(path=str(output_dir / f"zh-{edition}-chapter3.png"))
+    english.click()
+    page.wait_for_load_state("load")
+    assert page.url == f"{base}{folder}/{CHAPTER}.html"
+    assert page.get_attribute("html", "lang") == "en"
+    assert page.locator("nav.language-links a[hreflang='zh']").get_attribute("href").endswith(
+        f"zh/{folder}/{CHAPTER}.html")
+    page.close()
