@@ -28,7 +28,7 @@ SOURCES = ("checks/*.py", "exercises/**/*.py", "tools/progress.py", "tools/gradi
            "tools/grading/gradescope.py", "tools/grading/classrun.py", "tools/grading/runtime.py",
            "tools/grading/zygote_main.py", "tools/grading/walls.py", "tools/grading/own_code.py",
            "tools/grading/submissions.py")
-_WORDS = re.compile(r"[A-Za-z]{2,}[\s-]+[A-Za-z]{2,}")
+_WORDS = re.compile(r"[A-Za-z]{2,}\s+[A-Za-z]{2,}")
 _FIELD = re.compile(r"\{(\d+)\}")
 
 
@@ -108,8 +108,9 @@ def source_templates() -> list:
             if text is None or not (_WORDS.search(_FIELD.sub("", text)) or
                                     (id(node) in marked and re.search("[A-Za-z]{2,}", text))):
                 continue
-            if text.startswith(("__", "ch0", "ch1")) or "\n" in text.strip("\n") and "def " in text:
-                continue  # names and code, not messages
+            if text.startswith(("__", "ch0", "ch1")) or "\n" in text.strip("\n") or \
+                    text.lstrip().startswith(("raise ", "import ", "#!")):
+                continue  # names, code and scripts, not messages (no message spans lines)
             out.append((text, f"{path.relative_to(PACKAGE_DIR).as_posix()}:{node.lineno}"))
     return out
 
