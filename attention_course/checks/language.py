@@ -138,8 +138,10 @@ def tr(text: str, lang: Optional[str] = None, missing: Optional[list] = None, _d
                 continue
             values = {}
             for name, value in match.groupdict().items():
+                # A value is data (a shape, a name, an error the answer raised): translated when the
+                # catalog knows it, and never counted as missing.
                 number = name[1:].split("_")[0]
-                values[number] = tr(value, lang, missing, _depth + 1)
+                values[number] = tr(value, lang, None, _depth + 1)
             return _fill(translated, values)
         for separator in ("\n", "; "):
             if separator in text:

@@ -105,8 +105,11 @@ def source_templates() -> list:
             if id(node) in skip:
                 continue
             text = template_of(node)
-            if text is None or not (_WORDS.search(_FIELD.sub("", text)) or
-                                    (id(node) in marked and re.search("[A-Za-z]{2,}", text))):
+            literal = _FIELD.sub("", text or "")
+            if text is None or not (_WORDS.search(literal) or
+                                    (id(node) in marked and re.search("[A-Za-z]{2,}", text)) or
+                                    # a message around values: "raised {0}: {1}", "{0} [inputs: {1}]"
+                                    (_FIELD.search(text) and re.search(r"[a-z]{4,}", literal) and " " in text)):
                 continue
             if text.startswith(("__", "ch0", "ch1")) or "\n" in text.strip("\n") or \
                     text.lstrip().startswith(("raise ", "import ", "#!")):
