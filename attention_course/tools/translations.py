@@ -111,8 +111,10 @@ def _prose_of(block: str) -> str:
             stripped = line.strip()
             in_math = not (len(stripped) > 2 and _MATH_END.search(stripped[2:]))
             continue
-        if match:  # a directive's opening fence: its title is prose
-            kept.append(re.sub(r"^\s*[`~]{3,}\{[^}]*\}", "", line))
+        if match:  # a directive's opening fence: its title is prose, an exercise label is not
+            title = re.sub(r"^\s*[`~]{3,}\{[^}]*\}", "", line)
+            if not re.fullmatch(r"\s*ch\d\d_ex\d+\s*", title):
+                kept.append(title)
             continue
         if _STRUCTURE.match(line):
             continue
