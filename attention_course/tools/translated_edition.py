@@ -25,6 +25,8 @@ from typing import Optional
 from .translations import PAGES, table, translate_markdown
 
 TITLES = {"zh": "注意力机制：原理与练习"}
+# The table of contents' part captions.
+CAPTIONS = {"zh": {"Chapters": "章节", "Reference": "参考"}}
 # Sphinx's own interface language for each of ours (search box, "previous", "next"...).
 SPHINX_LANGUAGE = {"zh": "zh_CN"}
 # The words the portable form writes around an exercise's label, in each language.
@@ -61,9 +63,13 @@ def stage_language(root: Path, lang: str, staging: Path) -> Path:
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     tables = _tables(root, lang)
-    for name in ("_toc.yml", "references.bib", "course.yml"):
+    for name in ("references.bib", "course.yml"):
         if (root / name).exists():
             shutil.copy2(root / name, staging / name)
+    toc = (root / "_toc.yml").read_text(encoding="utf-8")
+    for english, translated in CAPTIONS.get(lang, {}).items():
+        toc = toc.replace(f"caption: {english}\n", f"caption: {translated}\n")
+    (staging / "_toc.yml").write_text(toc, encoding="utf-8")
     for folder in ("_static", "_extra", "locales"):
         if (root / folder).exists():
             shutil.copytree(root / folder, staging / folder)
