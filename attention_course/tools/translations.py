@@ -310,7 +310,10 @@ def markup_problems(english: str, translation: str) -> list:
         got = Counter(pattern.findall(translation_roles))
         if want != got:
             lost = list((want - got).elements())
-            added = list((got - want).elements())
+            # Chinese word order may name a span of its English twice; a span the English lacks is new.
+            added = [x for x in (got - want).elements() if x not in want]
+            if not lost and not added:
+                continue
             parts = []
             if lost:
                 parts.append("lost " + ", ".join(repr(x) for x in lost[:4]))
