@@ -277,6 +277,7 @@ def table(root: Path, lang: str, domain: str) -> dict:
 # ------------------------------------------------------------------------------- checks
 
 _ROLE_TEXT = re.compile(r"(\{[\w:-]+\})`[^`<\n]*<([^`>\n]+)>`")
+_ROLE_BARE = re.compile(r"(\{(?:doc|ref|numref)\})`([^`<>\n]+)`")
 
 _SIGNATURE_PATTERNS = {
     # A role's shown text may be translated ({doc}`toolkit <toolkit>`), its target may not.
@@ -303,8 +304,9 @@ def _structure_lines(text: str) -> list:
 def markup_problems(english: str, translation: str) -> list:
     """What a translation lost or added of its English's markup (empty when it keeps it all)."""
     problems = []
-    english_roles = _ROLE_TEXT.sub(r"\1<\2>", english)
-    translation_roles = _ROLE_TEXT.sub(r"\1<\2>", translation)
+    # {doc}`page` and {doc}`shown text <page>` name the same target: a translation may add the text.
+    english_roles = _ROLE_BARE.sub(r"\1<\2>", _ROLE_TEXT.sub(r"\1<\2>", english))
+    translation_roles = _ROLE_BARE.sub(r"\1<\2>", _ROLE_TEXT.sub(r"\1<\2>", translation))
     for what, pattern in _SIGNATURE_PATTERNS.items():
         want = Counter(pattern.findall(english_roles))
         got = Counter(pattern.findall(translation_roles))
