@@ -283,7 +283,7 @@ _SIGNATURE_PATTERNS = {
     # A role's shown text may be translated ({doc}`toolkit <toolkit>`), its target may not.
     "role target": re.compile(r"\{[\w:-]+\}<[^>\n]+>"),
     "code span": re.compile(r"`[^`\n]+`"),
-    "equation": re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S),
+    "equation": re.compile(r"\$\$.*?\$\$|\$[^$]+?\$", re.S),  # inline math may span a line break
     "link target": re.compile(r"\]\(([^)\s]+)\)"),
     "HTML tag": re.compile(r"</?[A-Za-z][^>]*>"),
     "footnote": re.compile(r"\[\^[^\]]+\]"),
