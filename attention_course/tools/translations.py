@@ -282,7 +282,7 @@ _ROLE_BARE = re.compile(r"(\{(?:doc|ref|numref)\})`([^`<>\n]+)`")
 _SIGNATURE_PATTERNS = {
     # A role's shown text may be translated ({doc}`toolkit <toolkit>`), its target may not.
     "role target": re.compile(r"\{[\w:-]+\}<[^>\n]+>"),
-    "code span": re.compile(r"`[^`\n]+`"),
+    "code span": re.compile(r"`[^`]+`"),  # a span may wrap onto the next line in the English
     "equation": re.compile(r"\$\$.*?\$\$|\$[^$]+?\$", re.S),  # inline math may span a line break
     "link target": re.compile(r"\]\(([^)\s]+)\)"),
     "HTML tag": re.compile(r"</?[A-Za-z][^>]*>"),
@@ -305,11 +305,18 @@ def markup_problems(english: str, translation: str) -> list:
     """What a translation lost or added of its English's markup (empty when it keeps it all)."""
     problems = []
     # {doc}`page` and {doc}`shown text <page>` name the same target: a translation may add the text.
-    english_roles = _ROLE_BARE.sub(r"\1<\2>", _ROLE_TEXT.sub(r"\1<\2>", english))
-    translation_roles = _ROLE_BARE.sub(r"\1<\2>", _ROLE_TEXT.sub(r"\1<\2>", translation))
+    # Fence lines are compared on their own (below), not as code spans.
+    def prepared(text):
+        text = "\n".join(line for line in text.split("\n") if not _FENCE.match(line))
+        return _ROLE_BARE.sub(r"\1<\2>", _ROLE_TEXT.sub(r"\1<\2>", text))
+
+    english_roles, translation_roles = prepared(english), prepared(translation)
+    def found(pattern, text):  # a line break inside a span or an equation is a space
+        return Counter(re.sub(r"\s+", " ", x) for x in pattern.findall(text))
+
     for what, pattern in _SIGNATURE_PATTERNS.items():
-        want = Counter(pattern.findall(english_roles))
-        got = Counter(pattern.findall(translation_roles))
+        want = found(pattern, english_roles)
+        got = found(pattern, translation_roles)
         if want != got:
             lost = list((want - got).elements())
             # Chinese word order may name a span of its English twice; a span the English lacks is new.
