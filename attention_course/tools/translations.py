@@ -285,7 +285,7 @@ _SIGNATURE_PATTERNS = {
     "code span": re.compile(r"`[^`]+`"),  # a span may wrap onto the next line in the English
     "equation": re.compile(r"\$\$.*?\$\$|\$[^$]+?\$", re.S),  # inline math may span a line break
     "link target": re.compile(r"\]\(([^)\s]+)\)"),
-    "HTML tag": re.compile(r"</?[A-Za-z][^>]*>"),
+    "HTML tag": re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>${}\n]*)?/?>"),
     "footnote": re.compile(r"\[\^[^\]]+\]"),
 }
 
