@@ -276,7 +276,7 @@ def table(root: Path, lang: str, domain: str) -> dict:
 
 # ------------------------------------------------------------------------------- checks
 
-_ROLE_TEXT = re.compile(r"(\{[\w:-]+\})`[^`<\n]*<([^`>\n]+)>`")
+_ROLE_TEXT = re.compile(r"(\{[\w:-]+\})`[^`<]*<([^`>\n]+)>`")
 _ROLE_BARE = re.compile(r"(\{(?:doc|ref|numref)\})`([^`<>\n]+)`")
 
 _SIGNATURE_PATTERNS = {
