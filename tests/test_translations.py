@@ -8,6 +8,7 @@
   for anything the catalog lacks;
 * the Chinese student notebooks are the release generator's (portable, no solution, Chinese setup).
 """
+import json
 import re
 import shutil
 import subprocess
@@ -228,3 +229,37 @@ def test_the_chinese_student_notebooks_are_the_generators_and_chinese():
         code = [c.source for c in nb.cells if c.cell_type == "code"]
         assert code[1:] != [] and [s.split("\n", 1)[-1] if 'ATTENTION_COURSE_LANG' in s else s for s in code] == \
             [c.source for c in twin.cells if c.cell_type == "code"]
+
+
+# ------------------------------------------------------------------ lab, grade and the Chinese pages
+
+def test_tasks_lab_lang_zh_opens_the_chinese_notebooks_in_jupyterlabs_chinese_interface():
+    sys.path.insert(0, str(ROOT))
+    try:
+        import tasks
+    finally:
+        sys.path.remove(str(ROOT))
+    cmd = [str(c) for c in tasks.lab_command(["--lang", "zh", "--no-browser"])]
+    assert cmd[1] == "lab" and Path(cmd[2]) == ROOT / "chapters" / "zh"
+    assert "--lang" not in cmd and "--no-browser" in cmd
+    settings = next(c for c in cmd if c.startswith("--LabApp.user_settings_dir="))
+    plugin = Path(settings.split("=", 1)[1]) / "@jupyterlab" / "translation-extension" / "plugin.jupyterlab-settings"
+    assert json.loads(plugin.read_text()) == {"locale": "zh_CN"}
+    # JupyterLab's own strings in Chinese come from the pinned language pack.
+    import importlib.metadata
+    assert importlib.metadata.version("jupyterlab-language-pack-zh-CN")
+    with pytest.raises(SystemExit):
+        tasks.lab_command(["--lang", "fr"])
+
+
+def test_grade_lang_zh_writes_chinese_feedback(tmp_path):
+    notebook = tmp_path / "ada.ipynb"
+    shutil.copy2(ROOT / "chapters" / "zh" / "01_queries_keys_values.ipynb", notebook)
+    result = subprocess.run([sys.executable, "-m", "attention_course.tools.cli", "grade", str(notebook),
+                             "--chapter", "1", "--lang", "zh", "--seed", "7", "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    feedback = (tmp_path / "out" / "feedback" / "ada.md").read_text(encoding="utf-8")
+    assert re.search(r"第 0?1 章", feedback) and "提示：" in feedback and _cjk(feedback) > 100, feedback[:1500]
+    assert feedback.startswith("# 反馈：ada"), feedback[:200]
+    assert "points were lost" not in feedback and "Hint:" not in feedback

@@ -51,7 +51,8 @@ def feedback_names(results: list) -> list:
 def feedback_markdown(result, plan, title: Optional[str] = None) -> str:
     """A student's feedback, in the reader's language (attention_course.checks.language: ``grade
     --lang``, ``ATTENTION_COURSE_LANG``); the student's own words (names, messages) stay as written."""
-    lines = [tr(f"# {title or 'Feedback'}: {result.student}"), "",
+    heading = tr(title or N_("Feedback"))
+    lines = [f"# {heading}{frame('colon')}{result.student}", "",
              tr(f"Chapter {plan.chapter:02d} · **{_fmt(result.total)} / {_fmt(result.max_total)} points**"), ""]
     if result.problem:
         lines += [tr(f"**Your submission could not be graded:** {tr(result.problem)}"), ""]
@@ -84,7 +85,7 @@ def feedback_markdown(result, plan, title: Optional[str] = None) -> str:
 
 def feedback_text(result, plan) -> str:
     """The same feedback for a terminal (self-study)."""
-    md = feedback_markdown(result, plan, title="Grade")
+    md = feedback_markdown(result, plan, title=N_("Grade"))
     text = re.sub(r"^#+ ", "", md, flags=re.M)
     text = re.sub(r"^\*([^*\n]+)\*", r"\1", text, flags=re.M)
     return text.replace("**", "").replace("`", "")
