@@ -263,3 +263,19 @@ def test_grade_lang_zh_writes_chinese_feedback(tmp_path):
     assert re.search(r"第 0?1 章", feedback) and "提示：" in feedback and _cjk(feedback) > 100, feedback[:1500]
     assert feedback.startswith("# 反馈：ada"), feedback[:200]
     assert "points were lost" not in feedback and "Hint:" not in feedback
+
+
+def test_an_exercise_has_one_chinese_title_everywhere():
+    """The title check() prints (the package's catalog) is the one of the exercise index and of the
+    exercise's box on its chapter page (the prose catalogs)."""
+    from attention_course.checks.registry import all_exercises
+    index = "\n".join(T.table(ROOT, "zh", "exercises").values())
+    rows = dict(re.findall(r"^\| \{ref\}`(ch\d\d_ex\d+) <[^>]+>` \| ([^|]+?) \|", index, re.M))
+    pages = "\n".join(v for path in (ROOT / "locales" / "zh" / "LC_MESSAGES").glob("[0-9][0-9]_*.po")
+                      for v in T.table(ROOT, "zh", path.stem).values())
+    boxes = dict((label, title.strip()) for title, label in
+                 re.findall(r"^```\{exercise\} (.+)\n:label: (ch\d\d_ex\d+)$", pages, re.M))
+    wrong = [(e.label, language.tr(e.title, "zh"), rows.get(e.label), boxes.get(e.label))
+             for e in all_exercises()
+             if not language.tr(e.title, "zh") == rows.get(e.label) == boxes.get(e.label)]
+    assert not wrong, wrong[:10]
