@@ -174,13 +174,15 @@ def _complete_redirect_page(app, exception):
     import html
     target = html.escape(bare.group(1))
     title = html.escape(app.config.html_title or app.config.project or "Course")
-    lang = html.escape(app.config.language or "en")
+    # A BCP 47 tag, as the theme writes it on every other page (zh_CN -> zh-CN).
+    lang = html.escape((app.config.language or "en").replace("_", "-"))
+    starts = "课程从这里开始：" if lang.startswith("zh") else "The course starts at "
     index.write_text(
         "<!DOCTYPE html>\n"
         f'<html lang="{lang}">\n<head>\n<meta charset="utf-8" />\n<title>{title}</title>\n'
         f'<meta http-equiv="Refresh" content="0; url={target}" />\n'
         f'<link rel="icon" href="favicon.ico" />\n</head>\n'
-        f'<body>\n<p>The course starts at <a href="{target}">{title}</a>.</p>\n</body>\n</html>\n',
+        f'<body>\n<p>{starts}<a href="{target}">{title}</a>.</p>\n</body>\n</html>\n',
         encoding="utf-8")
 
 
