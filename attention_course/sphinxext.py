@@ -36,10 +36,11 @@ _TOOLKIT_PAGE = "toolkit"
 
 def _retarget_launch_buttons(app, pagename, templatename, context, doctree):
     folder = pagename.split("/", 1)[0]
-    if folder in _PAGE_FOLDERS and "/" in pagename:
-        lang = app.config.attention_course_language
-        # A translated site launches the student notebooks in its language (chapters/zh/).
-        old, new = f"/{folder}/", "/chapters/" if lang == "en" else f"/chapters/{lang}/"
+    lang = app.config.attention_course_language
+    # A translated site launches the student notebooks in its language (chapters/zh/).
+    chapters = "/chapters/" if lang == "en" else f"/chapters/{lang}/"
+    if (folder in _PAGE_FOLDERS or (folder == "chapters" and lang != "en")) and "/" in pagename:
+        old, new = f"/{folder}/", chapters
     else:
         return
     for group in context.get("header_buttons", []):

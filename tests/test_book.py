@@ -140,3 +140,18 @@ def test_a_reference_to_an_exercise_never_shows_the_word_twice(edition, full_sit
         for match in DOUBLED_WORD.finditer(_normalise("".join(parser.parts))):
             doubled.append(f"{page.relative_to(html_dir)}: ...{match.group(0)}...")
     assert not doubled, doubled
+
+
+@pytest.mark.parametrize("edition", ["full", "student"])
+def test_the_chinese_pages_offer_and_launch_the_chinese_student_notebooks(edition, full_site, student_site):
+    """Issue 45: a Chinese chapter page downloads the Chinese student notebook of chapters/zh/ and
+    its launch buttons open that notebook."""
+    status, log, html_dir = full_site if edition == "full" else student_site
+    assert status == 0, log[-3000:]
+    folder = "solutions" if edition == "full" else "chapters"
+    zh = html_dir / "zh"
+    for path in solution_paths(ROOT):
+        page = (zh / folder / path.name).with_suffix(".html").read_text(encoding="utf-8")
+        assert (zh / "_sources" / folder / path.name).read_bytes() == (ROOT / "chapters" / "zh" / path.name).read_bytes()
+        launches = re.findall(r'href="(https://(?:mybinder\.org|colab\.research\.google\.com)[^"]+)"', page)
+        assert len(launches) == 2 and all(f"chapters/zh/{path.name}" in url for url in launches), launches
