@@ -154,7 +154,7 @@ def update_package(lang: str) -> dict:
 
 def package_problems(lang: str) -> list:
     """Every missing, stale or malformed entry of the package's catalog, naming where its English is."""
-    from .translations import field_problems, read_catalog
+    from .translations import catalog_problems, field_problems, read_catalog
     path = package_catalog_path(lang)
     rel = path.relative_to(PACKAGE_DIR.parent)
     if not path.exists():
@@ -163,21 +163,4 @@ def package_problems(lang: str) -> list:
     wanted = {}
     for text, where in package_entries():
         wanted.setdefault(text, where)
-    out = []
-    for text, where in wanted.items():
-        message = catalog.get(text)
-        first = text[:60]
-        if message is None:
-            out.append(f"{rel}: missing from the catalog ({where}): {first!r}")
-        elif message.fuzzy:
-            out.append(f"{rel}: stale, its English changed ({where}): {first!r}")
-        elif not message.string:
-            out.append(f"{rel}: not translated ({where}): {first!r}")
-        else:
-            out.extend(f"{rel}: ({where}): {first!r}: {p}" for p in field_problems(text, message.string))
-    for message in catalog:
-        if message.id and message.id not in wanted:
-            out.append(f"{rel}: no longer in the package: {str(message.id)[:60]!r}")
-    if catalog.obsolete:
-        out.append(f"{rel}: {len(catalog.obsolete)} obsolete entries (#~)")
-    return out
+    return catalog_problems(rel, catalog, wanted, field_problems, "the package")

@@ -352,25 +352,32 @@ def problems(root: Path, lang: str) -> list:
                        f"translations update)")
             continue
         catalog = read_catalog(path)
-        wanted = {unit: where for unit, where in entries}
-        for unit, where in wanted.items():
-            message = catalog.get(unit)
-            first = unit.strip().split("\n")[0][:60]
-            if message is None:
-                out.append(f"{rel}: missing from the catalog ({where}): {first!r} (run attention-course "
-                           f"translations update)")
-            elif message.fuzzy:
-                out.append(f"{rel}: stale, its English changed ({where}): {first!r}")
-            elif not message.string:
-                out.append(f"{rel}: not translated ({where}): {first!r}")
-            else:
-                for problem in markup_problems(unit, message.string):
-                    out.append(f"{rel}: markup ({where}): {first!r}: {problem}")
-        for message in catalog:
-            if message.id and message.id not in wanted:
-                out.append(f"{rel}: no longer in the English source: {str(message.id)[:60]!r}")
-        if catalog.obsolete:
-            out.append(f"{rel}: {len(catalog.obsolete)} obsolete entries (#~); reuse them or delete them")
+        out += catalog_problems(rel, catalog, dict(entries), markup_problems, "the English source")
+    return out
+
+
+def catalog_problems(rel, catalog, wanted: dict, check, source: str) -> list:
+    """One catalog's problems: each wanted English (-> where it is) missing, stale (fuzzy), not
+    translated or failing ``check(english, translation)``; entries whose English left ``source``;
+    obsolete entries."""
+    out = []
+    for english, where in wanted.items():
+        message = catalog.get(english)
+        first = english.strip().split("\n")[0][:60]
+        if message is None:
+            out.append(f"{rel}: missing from the catalog ({where}): {first!r} (run attention-course "
+                       f"translations update)")
+        elif message.fuzzy:
+            out.append(f"{rel}: stale, its English changed ({where}): {first!r}")
+        elif not message.string:
+            out.append(f"{rel}: not translated ({where}): {first!r}")
+        else:
+            out.extend(f"{rel}: ({where}): {first!r}: {problem}" for problem in check(english, message.string))
+    for message in catalog:
+        if message.id and message.id not in wanted:
+            out.append(f"{rel}: no longer in {source}: {str(message.id)[:60]!r}")
+    if catalog.obsolete:
+        out.append(f"{rel}: {len(catalog.obsolete)} obsolete entries (#~); reuse them or delete them")
     return out
 
 
