@@ -104,3 +104,31 @@ def test_only_chapter_11s_zip_installs_the_kernels_extra(tmp_path):
             assert "triton==3.9.0\n" in requirements, requirements
         else:
             assert "triton" not in requirements, (chapter, requirements)
+
+
+def test_a_gradescope_zip_built_with_lang_zh_gives_chinese_feedback(tmp_path):
+    """Issue 45: `gradescope --lang zh` ships the package's catalog and grades in Chinese."""
+    import re
+    cli = str(Path(sys.executable).with_name("attention-course"))
+    zip_path = tmp_path / "autograder.zip"
+    done = subprocess.run([cli, "gradescope", "--chapter", "1", "--out", str(zip_path), "--seed", "4",
+                           "--time-limit", "5", "--lang", "zh"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    gs = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path) as zf:
+        assert "attention_course/locales/zh/LC_MESSAGES/attention_course.po" in zf.namelist()
+        zf.extractall(gs / "source")
+    assert json.loads((gs / "source" / "autograder.json").read_text())["lang"] == "zh"
+    path = gs / "source" / "run_autograder"
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    (gs / "submission").mkdir()
+    (gs / "submission" / "01_queries_keys_values.ipynb").write_text(
+        (ROOT / "chapters" / "zh" / "01_queries_keys_values.ipynb").read_text(encoding="utf-8"), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "ATTENTION_COURSE_LANG"}
+    env.update(AUTOGRADER_ROOT=str(gs), AUTOGRADER_PYTHON=sys.executable)
+    done = subprocess.run([str(path)], capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((gs / "results" / "results.json").read_text(encoding="utf-8"))
+    assert results["score"] == 0
+    text = results["output"] + "".join(t["output"] for t in results["tests"])
+    assert len(re.findall(r"[\u4e00-\u9fff]", text)) > 200 and "提示：" in text, text[:1000]

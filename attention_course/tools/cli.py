@@ -334,7 +334,7 @@ def _gradescope(args) -> int:
         names = build_zip(args.chapter, Path(args.out), seed=seed, time_limit=args.time_limit,
                           memory_mb=args.memory_limit, jobs=args.jobs,
                           extra_checks=Path(args.extra_checks) if args.extra_checks else None,
-                          hidden_visibility=args.hidden_visibility)
+                          hidden_visibility=args.hidden_visibility, lang=args.lang)
     except (ExtraChecksError, ValueError) as error:
         print(f"attention-course gradescope: {error}", file=sys.stderr)
         return 2
@@ -513,6 +513,7 @@ def main(argv=None) -> int:
     gsc.add_argument("--time-limit", type=float, default=10.0)
     gsc.add_argument("--memory-limit", type=int, default=1024)
     gsc.add_argument("--extra-checks", help="folder of .py files adding private checks, shipped in the zip")
+    gsc.add_argument("--lang", choices=["en", "zh"], default="en", help="the language of the students' feedback")
     gsc.add_argument("--hidden-visibility", default="after_published",
                      choices=["after_published", "after_due_date", "hidden", "visible"],
                      help="when students see the results of hidden checks (default: after_published)")

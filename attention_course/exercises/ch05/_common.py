@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ...checks.checking import tensor_problem
+from ...checks.language import N_
 
 
 def _moved_in_a_stack(allowed, num_layers, residual):
@@ -55,7 +56,7 @@ def _compare_entries(got, want, calls, judge=None):
         wrong = torch.nonzero(mine != moved)
         if len(wrong):
             i, j = wrong[0].tolist()
-            does = "moves" if moved[i, j] else "does not move"
+            does = N_("moves") if moved[i, j] else N_("does not move")  # N_: the feedback's catalog has them
             return (f"{where}in a stack of {num_layers} random float64 attention layers with this mask "
                     f"({setting}), output {i} {does} when token {j} changes, but the result "
                     f"has entry [{i}, {j}] = {bool(mine[i, j])} ({len(wrong)} entries differ)")

@@ -110,8 +110,9 @@ def kernels_pins(root: Path) -> dict:
 
 def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, memory_mb: int = 1024,
               jobs: int = 1, extra_checks: Optional[Path] = None, root: Optional[Path] = None,
-              hidden_visibility: str = "after_published") -> list:
-    """Write the autograder zip; return the names it holds."""
+              hidden_visibility: str = "after_published", lang: str = "en") -> list:
+    """Write the autograder zip; return the names it holds. ``lang`` is the language of the feedback
+    (``zh``: the catalog of attention_course/locales travels with the zip)."""
     from ...checks.registry import all_exercises
     root = Path(root) if root else PACKAGE_DIR.parent
     if not all_exercises(chapter):
@@ -127,7 +128,7 @@ def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, m
         raise ValueError(f"--hidden-visibility must be one of {', '.join(HIDDEN_VISIBILITIES)}, "
                          f"not {hidden_visibility!r}")
     config = {"chapter": chapter, "seed": seed, "time_limit": time_limit, "memory_mb": memory_mb, "jobs": jobs,
-              "hidden_visibility": hidden_visibility}
+              "hidden_visibility": hidden_visibility, "lang": lang}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     names = []
@@ -150,6 +151,8 @@ def build_zip(chapter: int, out: Path, *, seed: int, time_limit: float = 10.0, m
             # The grading kit of one chapter: the references and hidden checks of that chapter only.
             if parts[0] == "exercises" and len(parts) > 2 and parts[1] != f"ch{chapter:02d}":
                 continue
+            add(f"attention_course/{path.relative_to(PACKAGE_DIR).as_posix()}", path.read_text(encoding="utf-8"))
+        for path in sorted(PACKAGE_DIR.glob("locales/*/LC_MESSAGES/*.po")):  # the feedback's translations
             add(f"attention_course/{path.relative_to(PACKAGE_DIR).as_posix()}", path.read_text(encoding="utf-8"))
         from ..course_config import chapter_settings, default_path
         if default_path().is_file():  # the instructor's points and weights travel with the zip
@@ -195,6 +198,8 @@ def run(root: Path) -> int:
     source = root / "source"
     config = json.loads((source / "autograder.json").read_text())
     chapter = int(config["chapter"])
+    from ...checks.language import set_language
+    set_language(config.get("lang", "en"))  # the feedback's language, chosen when the zip was built
     results_path = root / "results" / "results.json"
     path, note = _find_notebook(root / "submission", chapter)
     if path is None:
