@@ -245,3 +245,14 @@ def test_student_facing_toolkit_shows_no_myst_markup():
         [c.source for c in student.cells if c.cell_type == "code"]
     assert [c.outputs for c in source.cells if c.cell_type == "code"] == \
         [c.outputs for c in student.cells if c.cell_type == "code"]
+
+
+def test_the_chinese_notebooks_links_land_on_the_chinese_toolkits_headings():
+    """Issue 45: chapters/zh links to the Chinese toolkit beside it, at the ids a render gives its
+    (translated) headings (percent-encoded, as the render writes them)."""
+    ids = _heading_ids(ROOT / "chapters" / "zh" / "toolkit.ipynb")
+    anchored = [(path.name, m.group(1)) for path in STUDENT_ZH for text in _markdown_cells(path)
+                for m in re.finditer(r"\]\(toolkit\.ipynb#([^)]*)\)", text)]
+    assert len(anchored) >= 10, anchored
+    missing = [(name, anchor) for name, anchor in anchored if anchor not in ids]
+    assert not missing, (missing[:5], sorted(ids))

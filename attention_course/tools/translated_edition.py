@@ -95,14 +95,50 @@ def stage_language(root: Path, lang: str, staging: Path) -> Path:
     return staging
 
 
-def _finish_student(text: str, lang: str) -> str:
-    """A portable student notebook's text in ``lang``: the words around exercise labels, and the
-    setup cell choosing the feedback's language."""
+def _heading_anchors(sources: list) -> dict:
+    """``toolkit-…`` target -> the anchor a notebook client gives the heading under it (the rule of
+    :func:`attention_course.tools.portable._toolkit_anchors`), over Markdown ``sources``."""
+    from .portable import _HEADING_RE, _TARGET_RE
+    anchors = {}
+    for source in sources:
+        lines = source.split("\n")
+        for line, following in zip(lines, lines[1:]):
+            target, heading = _TARGET_RE.match(line), _HEADING_RE.match(following)
+            if target and heading:
+                title = following[len(heading.group("hashes")):].strip().replace("`", "")
+                anchors[target.group(1)] = title.replace(" ", "-")
+    return anchors
+
+
+def toolkit_anchor_map(root: Path, lang: str, tables: dict) -> dict:
+    """English toolkit anchor -> the same section's anchor in the toolkit translated to ``lang``, so
+    that a translated notebook's links land on the translated headings."""
+    import nbformat
+    from .release import TOOLKIT_SOURCE
+    path = Path(root) / TOOLKIT_SOURCE
+    if not path.exists():
+        return {}
+    english = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+    rows = tables.get(path.stem, {})
+    before = _heading_anchors(english)
+    after = _heading_anchors([translate_markdown(source, rows) for source in english])
+    from urllib.parse import quote
+    # A notebook client names a heading by its text, spaces as hyphens, percent-encoding what is not
+    # ASCII (nbconvert's render and JupyterLab alike).
+    return {before[t]: quote(after[t], safe="-=,:()!*'_.~") for t in before if t in after and before[t] != after[t]}
+
+
+def _finish_student(text: str, lang: str, anchors: Optional[dict] = None) -> str:
+    """A portable student notebook's text in ``lang``: the words around exercise labels, links to the
+    toolkit's translated headings, and the setup cell choosing the feedback's language."""
     import nbformat
     from .course_files import render
     nb = nbformat.reads(text, as_version=4)
     words = _EXERCISE_WORDS.get(lang)
     for cell in nb.cells:
+        if cell.cell_type == "markdown" and anchors:
+            cell.source = re.sub(r"\(toolkit\.ipynb#([^)\s]+)\)",
+                                 lambda m: f"(toolkit.ipynb#{anchors.get(m.group(1), m.group(1))})", cell.source)
         if cell.cell_type == "markdown" and words:
             cell.source = re.sub(r"Exercise (\d+) of Chapter (\d+) \((ch\d\d_ex\d+)\)", words[1], cell.source)
             cell.source = re.sub(r"\bExercise (\d+) \((ch\d\d_ex\d+)\)", words[0], cell.source)
@@ -137,8 +173,9 @@ def release_language(root: Path, lang: str, check_only: bool = False) -> list:
             texts[path.name] = generate(path, registered)[0]
         if (staged / TOOLKIT_SOURCE).exists():
             texts[Path(TOOLKIT_SOURCE).name] = toolkit_notebook(staged)
+    anchors = toolkit_anchor_map(root, lang, tables)
     for name, text in texts.items():
-        text = _finish_student(text, lang)
+        text = _finish_student(text, lang, anchors)
         target = root / "chapters" / lang / name
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             stale.append(target)
