@@ -279,3 +279,14 @@ def test_an_exercise_has_one_chinese_title_everywhere():
              for e in all_exercises()
              if not language.tr(e.title, "zh") == rows.get(e.label) == boxes.get(e.label)]
     assert not wrong, wrong[:10]
+
+
+def test_a_message_longer_than_the_course_builds_is_left_as_it_is(monkeypatch):
+    """A submission's own output can be long and hostile: tr() matches no template on it (matching
+    costs about the square of the length), and returns it unchanged instead of splitting it."""
+    catalog = language.Catalog({"the gradient": "梯度", "{0} differs at {1}": "{0}在{1}处不同"})
+    monkeypatch.setitem(language._catalogs, "zh", catalog)
+    assert language.tr("the gradient; the gradient", "zh") == "梯度; 梯度"
+    long = "the gradient; " * (language.MAX_MATCHED // 14 + 1)
+    assert len(long) > language.MAX_MATCHED and language.tr(long, "zh") == long
+    assert language.tr("the gradient differs at " + "x" * 2000, "zh").startswith("the gradient differs")
