@@ -43,49 +43,55 @@ _STRUCTURE = re.compile(r"^\s*(`{3,}|~{3,}|:{3,}|:[\w-]+:|\([\w:.-]+\)=\s*$)")
 
 # ------------------------------------------------------------------------------- blocks and units
 
-def blocks(text: str) -> list:
-    """Split Markdown into ``(kind, text)`` pieces, ``kind`` "block" or "gap" (blank lines);
-    joining the texts gives ``text`` back. Code fences (not directives) and ``$$`` equations are
-    kept whole even across blank lines."""
-    lines = text.split("\n")
-    out, current, gap = [], [], []
+def _classified(lines: list):
+    """Each line with what it belongs to: ``"code"`` (a code fence, its fence lines included),
+    ``"math"`` (a ``$$`` display equation), ``"directive"`` (a directive's opening fence, whose
+    title is prose) or ``"text"``. One reading of fences and equations for :func:`blocks` and
+    :func:`_prose_of`."""
     fence: Optional[str] = None
     in_math = False
-
-    def flush_block():
-        if current:
-            out.append(["block", "\n".join(current)])
-            current.clear()
-
-    def flush_gap():
-        if gap:
-            out.append(["gap", "\n".join(gap)])
-            gap.clear()
-
     for line in lines:
-        inside = fence is not None or in_math
-        if not inside and line.strip() == "":
-            flush_block()
-            gap.append(line)
-            continue
-        flush_gap()
-        current.append(line)
         match = _FENCE.match(line)
         if fence is not None:
             if match and match.group(2)[0] == fence[0] and len(match.group(2)) >= len(fence) \
                     and not match.group(3).strip():
                 fence = None
+            yield line, "code"
         elif in_math:
-            if _MATH_END.search(line):
-                in_math = False
+            in_math = not _MATH_END.search(line)
+            yield line, "math"
         elif match and not match.group(3).strip().startswith("{"):
             fence = match.group(2)  # a code fence; a directive's fence holds prose and is not kept whole
-        elif line.lstrip().startswith("$$") and not _MATH_END.search(line.strip()[2:]):
-            in_math = True
-    flush_block()
-    flush_gap()
+            yield line, "code"
+        elif line.lstrip().startswith("$$"):
+            in_math = not _MATH_END.search(line.strip()[2:])
+            yield line, "math"
+        else:
+            yield line, "directive" if match else "text"
+
+
+def blocks(text: str) -> list:
+    """Split Markdown into ``(kind, text)`` pieces, ``kind`` "block" or "gap" (blank lines);
+    joining the texts gives ``text`` back. Code fences (not directives) and ``$$`` equations are
+    kept whole even across blank lines."""
+    out, current, gap = [], [], []
+
+    def flush(lines: list, kind: str):
+        if lines:
+            out.append((kind, "\n".join(lines)))
+            lines.clear()
+
+    for line, kind in _classified(text.split("\n")):
+        if kind == "text" and line.strip() == "":
+            flush(current, "block")
+            gap.append(line)
+        else:
+            flush(gap, "gap")
+            current.append(line)
+    flush(current, "block")
+    flush(gap, "gap")
     # Joining pieces with "\n" between them restores the text (a gap holds its blank lines).
-    return [tuple(piece) for piece in out]
+    return out
 
 
 def join(pieces: list) -> str:
@@ -94,31 +100,14 @@ def join(pieces: list) -> str:
 
 def _prose_of(block: str) -> str:
     """What is left of a block to translate: no code fence, display equation or structure line."""
-    kept, fence, in_math = [], None, False
-    for line in block.split("\n"):
-        match = _FENCE.match(line)
-        if fence is not None:
-            if match and match.group(2)[0] == fence[0] and not match.group(3).strip():
-                fence = None
-            continue
-        if in_math:
-            in_math = not _MATH_END.search(line)
-            continue
-        if match and not match.group(3).strip().startswith("{"):
-            fence = match.group(2)
-            continue
-        if line.lstrip().startswith("$$"):
-            stripped = line.strip()
-            in_math = not (len(stripped) > 2 and _MATH_END.search(stripped[2:]))
-            continue
-        if match:  # a directive's opening fence: its title is prose, an exercise label is not
+    kept = []
+    for line, kind in _classified(block.split("\n")):
+        if kind == "directive":  # its title is prose, an exercise label is not
             title = re.sub(r"^\s*[`~]{3,}\{[^}]*\}", "", line)
             if not re.fullmatch(r"\s*ch\d\d_ex\d+\s*", title):
                 kept.append(title)
-            continue
-        if _STRUCTURE.match(line):
-            continue
-        kept.append(line)
+        elif kind == "text" and not _STRUCTURE.match(line):
+            kept.append(line)
     text = "\n".join(kept)
     text = re.sub(r"`[^`]*`", "", text)
     text = re.sub(r"\$[^$]*\$", "", text)
