@@ -290,3 +290,13 @@ def test_a_message_longer_than_the_course_builds_is_left_as_it_is(monkeypatch):
     long = "the gradient; " * (language.MAX_MATCHED // 14 + 1)
     assert len(long) > language.MAX_MATCHED and language.tr(long, "zh") == long
     assert language.tr("the gradient differs at " + "x" * 2000, "zh").startswith("the gradient differs")
+
+
+def test_the_thorough_header_reads_as_chinese():
+    """check(..., thorough=True) and progress --thorough put "checks" where "public checks" stood:
+    the word is the same noun in Chinese, not a measure word doubled (项项检查)."""
+    header = language.tr("ch01_ex1 · f: 0/3 checks passed", "zh")
+    total = language.tr("Total: 1/6 exercises done, 4/25 public checks passed, in 1 notebook", "zh")
+    thorough = total.replace(language.tr("public checks", "zh"), language.tr("checks", "zh"))
+    for text in (header, thorough):
+        assert "项项" not in text and "项检查" in text, text
