@@ -300,3 +300,10 @@ def test_the_thorough_header_reads_as_chinese():
     thorough = total.replace(language.tr("public checks", "zh"), language.tr("checks", "zh"))
     for text in (header, thorough):
         assert "项项" not in text and "项检查" in text, text
+
+
+def test_a_tuple_items_reason_names_the_result_it_is_part_of():
+    """A blind solver met "第 0 项（共  项）": "item {0} of {1}" had been read as a count, but {1}
+    is the result the item belongs to."""
+    line = language.tr("item 0 of the result has NaN where it should not (or lacks NaN where expected)", "zh")
+    assert line.startswith("结果的第 0 项") and "共" not in line, line
