@@ -95,7 +95,10 @@ class Catalog:
             pattern, pos = [], 0
             for match in _FIELD.finditer(english):
                 pattern.append(re.escape(english[pos:match.start()].replace("{{", "{").replace("}}", "}")))
-                pattern.append(f"(?P<f{match.group(1)}_{len(pattern)}>.*?)")
+                # A leading field may be empty (a prefix such as "call 1 of 2: "), and so may an English
+                # plural ending ("notebook{5}"); any other field holds a value.
+                empty = match.start() == 0 or english[match.start() - 1].isalpha()
+                pattern.append(f"(?P<f{match.group(1)}_{len(pattern)}>{'.*?' if empty else '.+?'})")
                 pos = match.end()
             pattern.append(re.escape(english[pos:].replace("{{", "{").replace("}}", "}")))
             templates.append((len(literal), re.compile("".join(pattern), re.S), translated))
@@ -135,17 +138,28 @@ def tr(text: str, lang: Optional[str] = None, missing: Optional[list] = None, _d
     # Matching templates costs about the square of the length: a message longer than any the course
     # builds (a submission's own long output, say) stays as it is, so grading time stays bounded.
     if _depth < 4 and len(text) <= MAX_MATCHED:
+        best = None
         for _, pattern, translated in found.templates:
             match = pattern.fullmatch(text)
             if match is None:
                 continue
-            values = {}
+            values, left = {}, 0
             for name, value in match.groupdict().items():
                 # A value is data (a shape, a name, an error the answer raised): translated when the
                 # catalog knows it, and never counted as missing.
                 number = name[1:].split("_")[0]
                 values[number] = tr(value, lang, None, _depth + 1)
-            return _fill(translated, values)
+                if values[number] == value:
+                    left += len(re.findall(r"[A-Za-z]{2,}", value))
+            # Several templates can fit one message ("{0}the result" and "item {0} of {1}"): the one
+            # that leaves the fewest English words untranslated in its values wins, the most specific
+            # first on a tie.
+            if best is None or left < best[0]:
+                best = (left, _fill(translated, values))
+            if left == 0:
+                break
+        if best is not None:
+            return best[1]
         for separator in ("\n", "; "):
             if separator in text:
                 return separator.join(tr(part, lang, missing, _depth + 1) for part in text.split(separator))
